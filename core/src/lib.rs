@@ -1,0 +1,46 @@
+//! leaselock: exactly-one ownership of long-lived work through time-bounded leases stored in
+//! DynamoDB, with fencing tokens and no coordination service beyond the table itself.
+//!
+//! The lease rules ([`lease`]) are pure functions; stores ([`LeaseStore`]) do the I/O:
+//! [`LeaseTable`] on DynamoDB and [`MemoryStore`] in memory, with identical semantics.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use leaselock::{Error, LeaseStore, ManualClock, MemoryStore, TableConfig};
+//!
+//! let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+//! let store = MemoryStore::new(TableConfig::default(), clock.clone()).unwrap();
+//! store.start("stream-1", "wss://feed.example/stream-1").await.unwrap();
+//!
+//! let mut lease = store.acquire("stream-1", "worker-a").await.unwrap();
+//! assert_eq!(lease.fence, 1);
+//! assert!(matches!(store.acquire("stream-1", "worker-b").await, Err(Error::Held { .. })));
+//!
+//! store.checkpoint(&mut lease, 7).await.unwrap();
+//! store.release(&lease).await.unwrap();
+//! let next = store.acquire("stream-1", "worker-b").await.unwrap();
+//! assert_eq!((next.fence, next.last_seq), (2, Some(7)));
+//! # });
+//! ```
+
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod lease;
+pub mod memory;
+pub mod store;
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamo;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use clock::SystemClock;
+pub use clock::{Clock, ManualClock, SkewedClock};
+pub use config::{Attributes, TableConfig};
+#[cfg(feature = "dynamodb")]
+pub use dynamo::LeaseTable;
+pub use error::{Error, Result};
+pub use lease::{DesiredState, Lease, LeaseItem};
+pub use memory::MemoryStore;
+pub use store::{LeaseStore, OrphanCursor, OrphanPage};

@@ -1,0 +1,201 @@
+//! An in-memory store with exactly the DynamoDB store's semantics and an injectable clock, for
+//! tests, simulations and the wasm build.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use crate::config::{validate_id, validate_url};
+use crate::lease::{claim_cutoff, expiry_for, is_orphan};
+use crate::store::{unique_ids, OrphanCursor, OrphanPage};
+use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, TableConfig};
+
+/// See the module docs. Clones and [`MemoryStore::with_clock`] handles share one table.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    config: TableConfig,
+    clock: Arc<dyn Clock>,
+    items: Arc<Mutex<BTreeMap<String, LeaseItem>>>,
+}
+
+impl MemoryStore {
+    pub fn new(config: TableConfig, clock: Arc<dyn Clock>) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config, clock, items: Arc::default() })
+    }
+
+    /// Another handle on the same items, seeing time through `clock` (a worker with its own clock).
+    pub fn with_clock(&self, clock: Arc<dyn Clock>) -> Self {
+        Self { clock, ..self.clone() }
+    }
+
+    fn with_item<T>(&self, id: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> Result<T>) -> Result<T> {
+        let key = self.config.key(id);
+        let mut items = self.items.lock().expect("memory store poisoned");
+        let mut slot = items.remove(&key);
+        let out = f(&mut slot);
+        if let Some(item) = slot {
+            items.insert(key, item);
+        }
+        out
+    }
+
+    fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
+        item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)
+    }
+
+    fn lost(lease: &Lease) -> Error {
+        Error::Lost { id: lease.id.clone() }
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+impl LeaseStore for MemoryStore {
+    fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    async fn start(&self, id: &str, url: &str) -> Result<LeaseItem> {
+        validate_id("id", id)?;
+        validate_url(url)?;
+        self.with_item(id, |slot| {
+            let item = slot.get_or_insert_with(|| LeaseItem { id: id.to_string(), ..Default::default() });
+            item.desired_state = Some(DesiredState::Started);
+            item.url = Some(url.to_string());
+            item.expires_at_ms.get_or_insert(0);
+            item.ttl = None;
+            Ok(item.clone())
+        })
+    }
+
+    async fn stop(&self, id: &str) -> Result<LeaseItem> {
+        validate_id("id", id)?;
+        let ttl = self.clock.now_ms() / 1000 + self.config.stopped_retention.as_secs();
+        self.with_item(id, |slot| {
+            let item = slot.as_mut().ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+            item.desired_state = Some(DesiredState::Stopped);
+            item.ttl = Some(ttl);
+            Ok(item.clone())
+        })
+    }
+
+    async fn acquire(&self, id: &str, owner: &str) -> Result<Lease> {
+        validate_id("id", id)?;
+        validate_id("owner", owner)?;
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        let cutoff = claim_cutoff(now, &self.config);
+        self.with_item(id, |slot| {
+            let item = slot.get_or_insert_with(|| LeaseItem { id: id.to_string(), ..Default::default() });
+            if item.desired_state == Some(DesiredState::Stopped) {
+                return Err(Error::Stopped { id: id.to_string() });
+            }
+            if let Some(exp) = item.expires_at_ms.filter(|&exp| exp >= cutoff) {
+                let owner = item.owner.clone().unwrap_or_default();
+                return Err(Error::Held { owner, expires_at_ms: exp });
+            }
+            item.owner = Some(owner.to_string());
+            item.expires_at_ms = Some(expiry_for(now, &self.config));
+            item.fence += 1;
+            Ok(Lease::from_item(item.clone(), owner, sent, &self.config))
+        })
+    }
+
+    async fn renew(&self, lease: &mut Lease) -> Result<()> {
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        if lease.is_past_deadline(sent) {
+            return Err(Self::lost(lease));
+        }
+        let config = self.config.clone();
+        let renewed = self.with_item(&lease.id, |slot| {
+            if !Self::holds(slot, lease) {
+                return Err(Self::lost(lease));
+            }
+            let item = slot.as_mut().expect("held item exists");
+            item.expires_at_ms = Some(expiry_for(now, &config));
+            Ok(item.clone())
+        })?;
+        *lease = Lease::from_item(renewed, &lease.owner, sent, &self.config);
+        Ok(())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        self.with_item(&lease.id, |slot| {
+            if !Self::holds(slot, lease) {
+                return Err(Self::lost(lease));
+            }
+            slot.as_mut().expect("held item exists").expires_at_ms = Some(0);
+            Ok(())
+        })
+    }
+
+    async fn checkpoint(&self, lease: &mut Lease, seq: u64) -> Result<()> {
+        if lease.is_past_deadline(self.clock.monotonic_ms()) {
+            return Err(Self::lost(lease));
+        }
+        self.with_item(&lease.id, |slot| {
+            if !Self::holds(slot, lease) {
+                return Err(Self::lost(lease));
+            }
+            let item = slot.as_mut().expect("held item exists");
+            if let Some(last_seq) = item.last_seq.filter(|&last| last >= seq) {
+                return Err(Error::SeqNotIncreasing { id: lease.id.clone(), last_seq, seq });
+            }
+            item.last_seq = Some(seq);
+            Ok(())
+        })?;
+        lease.last_seq = Some(seq);
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseItem>> {
+        validate_id("id", id)?;
+        let items = self.items.lock().expect("memory store poisoned");
+        Ok(items.get(&self.config.key(id)).cloned())
+    }
+
+    async fn batch_desired_states(&self, ids: &[String]) -> Result<HashMap<String, Option<DesiredState>>> {
+        let ids = unique_ids(ids)?;
+        let items = self.items.lock().expect("memory store poisoned");
+        Ok(ids
+            .into_iter()
+            .map(|id| (id.to_string(), items.get(&self.config.key(id)).and_then(|i| i.desired_state)))
+            .collect())
+    }
+
+    async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
+        let items = self.items.lock().expect("memory store poisoned");
+        // `is_orphan` applies the skew to "now"; the cutoff here is already a cutoff.
+        let now_equiv = cutoff_ms + self.config.skew_ms();
+        let mut found: Vec<(u64, &String, &LeaseItem)> = items
+            .iter()
+            .filter(|(k, i)| k.starts_with(&self.config.key_prefix) && is_orphan(i, now_equiv, &self.config))
+            .map(|(k, i)| (i.expires_at_ms.unwrap_or(0), k, i))
+            .collect();
+        found.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let start = after.map_or(0, |c| {
+            found.partition_point(|(exp, k, _)| (*exp, k.as_str()) <= (c.expires_at_ms, c.key.as_str()))
+        });
+        let page: Vec<_> = found[start..].iter().take(page_size.max(1)).collect();
+        let more = found.len() > start + page.len();
+        let next =
+            page.last().filter(|_| more).map(|(exp, k, _)| OrphanCursor { key: (*k).clone(), expires_at_ms: *exp });
+        let items = page.into_iter().map(|(_, _, i)| (*i).clone()).collect();
+        Ok(OrphanPage { items, next })
+    }
+
+    async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
+        let now = self.clock.now_ms();
+        Ok(self.items().await?.into_iter().filter(|i| i.holder_at(now) == Some(owner)).collect())
+    }
+
+    async fn items(&self) -> Result<Vec<LeaseItem>> {
+        let items = self.items.lock().expect("memory store poisoned");
+        Ok(items.iter().filter(|(k, _)| k.starts_with(&self.config.key_prefix)).map(|(_, i)| i.clone()).collect())
+    }
+}

@@ -1,0 +1,93 @@
+//! The store interface every backend implements with the same semantics.
+
+use std::collections::HashMap;
+
+use crate::{Clock, DesiredState, Lease, LeaseItem, Result, TableConfig};
+
+/// `Send + Sync` on native targets; nothing on wasm, where JavaScript promises are not `Send`.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSendSync: Send + Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send + Sync + ?Sized> MaybeSendSync for T {}
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSendSync {}
+#[cfg(target_arch = "wasm32")]
+impl<T: ?Sized> MaybeSendSync for T {}
+
+/// Where to resume an orphan listing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OrphanCursor {
+    /// The stored key (with the prefix) of the last item returned.
+    pub key: String,
+    pub expires_at_ms: u64,
+}
+
+/// One page of orphans, oldest expiry first.
+#[derive(Debug, Clone, Default)]
+pub struct OrphanPage {
+    pub items: Vec<LeaseItem>,
+    pub next: Option<OrphanCursor>,
+}
+
+/// Lease operations over one table. Ids are given without the key prefix.
+#[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
+#[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
+pub trait LeaseStore: MaybeSendSync {
+    fn config(&self) -> &TableConfig;
+    fn clock(&self) -> &dyn Clock;
+
+    /// Sets `desired_state = STARTED` and the url; owner, fence and last_seq are untouched.
+    async fn start(&self, id: &str, url: &str) -> Result<LeaseItem>;
+    /// Sets `desired_state = STOPPED` (and the cleanup TTL). `NotFound` if the id has no item.
+    async fn stop(&self, id: &str) -> Result<LeaseItem>;
+    /// Claims the lease if nobody holds it; `Held` names the holder, `Stopped` refuses stopped work.
+    async fn acquire(&self, id: &str, owner: &str) -> Result<Lease>;
+    /// Extends the lease; `Lost` if it is no longer ours or our deadline has passed.
+    async fn renew(&self, lease: &mut Lease) -> Result<()>;
+    /// Gives the lease up at once (expiry 0); `Lost` if it was no longer ours.
+    async fn release(&self, lease: &Lease) -> Result<()>;
+    /// Records the last processed sequence number; it only moves forward.
+    async fn checkpoint(&self, lease: &mut Lease, seq: u64) -> Result<()>;
+    /// A strongly consistent read.
+    async fn get(&self, id: &str) -> Result<Option<LeaseItem>>;
+    /// The desired state of every id (`None` for ids without an item or without a state).
+    async fn batch_desired_states(&self, ids: &[String]) -> Result<HashMap<String, Option<DesiredState>>>;
+    /// STARTED items whose expiry is below `cutoff_ms`, oldest first, `page_size` at a time.
+    async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage>;
+    /// Items whose lease `owner` holds now.
+    async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>>;
+    /// Every item under the key prefix (operators' listings).
+    async fn items(&self) -> Result<Vec<LeaseItem>>;
+
+    /// All orphans below `cutoff_ms`, up to `limit`, across pages.
+    async fn orphans(&self, cutoff_ms: u64, limit: Option<usize>) -> Result<Vec<LeaseItem>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let want = limit.map(|l| l - out.len()).unwrap_or(usize::MAX).min(1000);
+            let page = self.orphans_page(cutoff_ms, want, after).await?;
+            out.extend(page.items);
+            match page.next {
+                Some(next) if limit.is_none_or(|l| out.len() < l) => after = Some(next),
+                _ => break,
+            }
+        }
+        if let Some(l) = limit {
+            out.truncate(l);
+        }
+        Ok(out)
+    }
+}
+
+/// Validates a batch of ids and drops repeats, keeping the first order.
+pub(crate) fn unique_ids(ids: &[String]) -> Result<Vec<&str>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        crate::config::validate_id("id", id)?;
+        if seen.insert(id.as_str()) {
+            out.push(id.as_str());
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,290 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { CfnOutput, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import * as apigw from 'aws-cdk-lib/aws-apigateway';
+import * as apigwv2 from 'aws-cdk-lib/aws-apigatewayv2';
+import { HttpIamAuthorizer } from 'aws-cdk-lib/aws-apigatewayv2-authorizers';
+import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cloudwatchActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { DEFAULT_METRICS_NAMESPACE, leaseMetric } from './metrics';
+
+/** Where `cargo lambda build --release --arm64` (run at the repository root) puts each bootstrap. */
+const CARGO_LAMBDA_OUTPUT = path.resolve(__dirname, '..', '..', 'target', 'lambda');
+
+const LOG_RETENTION = logs.RetentionDays.ONE_MONTH;
+
+export interface LeaseCoordinatorProps {
+  /** Name of the sparse orphan index. @default 'desired_state-lease_expires_at_ms-index' */
+  readonly indexName?: string;
+  /** Prefix of every key leaselock writes. @default '' */
+  readonly keyPrefix?: string;
+  /** @default Duration.seconds(20) */
+  readonly leaseDuration?: Duration;
+  /** @default Duration.seconds(5) */
+  readonly renewInterval?: Duration;
+  /** Largest clock difference between two workers that leases stay safe under. @default Duration.seconds(1) */
+  readonly clockSkew?: Duration;
+  /** @default 'leaselock' */
+  readonly metricsNamespace?: string;
+  /** @default Schedule.rate(Duration.minutes(1)) */
+  readonly reconcileSchedule?: events.Schedule;
+  /** Consecutive one-minute periods with orphans before the orphan alarm fires. @default 5 */
+  readonly orphanAlarmPeriods?: number;
+  /** @default true */
+  readonly deletionProtection?: boolean;
+  /** Notified by both alarms. @default - no notification */
+  readonly alarmTopic?: sns.ITopic;
+  /** Directory holding the router's `bootstrap`. @default '../target/lambda/router' */
+  readonly routerCodeDir?: string;
+  /** Directory holding the reconciler's `bootstrap`. @default '../target/lambda/reconciler' */
+  readonly reconcilerCodeDir?: string;
+}
+
+/**
+ * The lease table with its sparse orphan index, the START hint queue and its dead-letter queue,
+ * the router behind an IAM-authorised HTTP API, the scheduled reconciler, alarms and a dashboard.
+ */
+export class LeaseCoordinator extends Construct {
+  readonly table: dynamodb.Table;
+  readonly indexName: string;
+  /** ARN of the orphan index: the only resource a reconciling query needs. */
+  readonly indexArn: string;
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.Queue;
+  readonly api: apigwv2.HttpApi;
+  readonly router: lambda.Function;
+  readonly reconciler: lambda.Function;
+  readonly metricsNamespace: string;
+  /** The LEASELOCK_* variables every leaselock process (Lambda or worker) reads. */
+  readonly environment: Readonly<Record<string, string>>;
+
+  constructor(scope: Construct, id: string, props: LeaseCoordinatorProps = {}) {
+    super(scope, id);
+    this.indexName = props.indexName ?? 'desired_state-lease_expires_at_ms-index';
+    this.metricsNamespace = props.metricsNamespace ?? DEFAULT_METRICS_NAMESPACE;
+    const deletionProtection = props.deletionProtection ?? true;
+
+    this.table = new dynamodb.Table(this, 'Table', {
+      partitionKey: { name: 'connection_id', type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      timeToLiveAttribute: 'ttl',
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      deletionProtection,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    // Sparse: only fleet work carries desired_state, so leader keys never show up as orphans.
+    this.table.addGlobalSecondaryIndex({
+      indexName: this.indexName,
+      partitionKey: { name: 'desired_state', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'lease_expires_at_ms', type: dynamodb.AttributeType.NUMBER },
+      projectionType: dynamodb.ProjectionType.ALL,
+    });
+    this.indexArn = `${this.table.tableArn}/index/${this.indexName}`;
+
+    this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(14),
+    });
+    this.queue = new sqs.Queue(this, 'HintQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      deadLetterQueue: { queue: this.deadLetterQueue, maxReceiveCount: 5 },
+    });
+
+    this.environment = {
+      LEASELOCK_TABLE: this.table.tableName,
+      LEASELOCK_QUEUE_URL: this.queue.queueUrl,
+      LEASELOCK_INDEX_NAME: this.indexName,
+      LEASELOCK_KEY_PREFIX: props.keyPrefix ?? '',
+      LEASELOCK_LEASE_MS: String((props.leaseDuration ?? Duration.seconds(20)).toMilliseconds()),
+      LEASELOCK_RENEW_MS: String((props.renewInterval ?? Duration.seconds(5)).toMilliseconds()),
+      LEASELOCK_CLOCK_SKEW_MS: String((props.clockSkew ?? Duration.seconds(1)).toMilliseconds()),
+      LEASELOCK_METRICS_NAMESPACE: this.metricsNamespace,
+    };
+
+    this.router = this.leaseFunction('Router', {
+      codeDir: props.routerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'router'),
+      description: 'Sets desired_state for START/STOP requests and sends a hint for START.',
+      timeout: Duration.seconds(10),
+      statements: [
+        new iam.PolicyStatement({
+          actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+          resources: [this.table.tableArn],
+        }),
+        this.sendHintsStatement(),
+      ],
+    });
+    this.reconciler = this.leaseFunction('Reconciler', {
+      codeDir: props.reconcilerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'reconciler'),
+      description: 'Finds orphaned leases in the sparse index and sends START hints for them.',
+      timeout: Duration.seconds(50),
+      statements: [
+        new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [this.indexArn] }),
+        this.sendHintsStatement(),
+      ],
+    });
+
+    const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', {
+      retention: LOG_RETENTION,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    this.api = new apigwv2.HttpApi(this, 'Api', {
+      description: 'leaselock router: START/STOP/GET of connections, SigV4-signed requests only.',
+      defaultAuthorizer: new HttpIamAuthorizer(),
+      createDefaultStage: false,
+    });
+    new apigwv2.HttpStage(this, 'ApiStage', {
+      httpApi: this.api,
+      stageName: '$default',
+      autoDeploy: true,
+      accessLogSettings: {
+        destination: new apigwv2.LogGroupLogDestination(accessLogs),
+        format: apigw.AccessLogFormat.custom(
+          JSON.stringify({
+            requestId: '$context.requestId',
+            caller: '$context.identity.caller',
+            routeKey: '$context.routeKey',
+            status: '$context.status',
+            latencyMs: '$context.responseLatency',
+            error: '$context.error.message',
+          }),
+        ),
+      },
+    });
+    const routerIntegration = new HttpLambdaIntegration('Router', this.router);
+    const routes: Array<[apigwv2.HttpMethod, string]> = [
+      [apigwv2.HttpMethod.POST, '/connections/{id}/start'],
+      [apigwv2.HttpMethod.POST, '/connections/{id}/stop'],
+      [apigwv2.HttpMethod.GET, '/connections/{id}'],
+    ];
+    for (const [method, routePath] of routes) {
+      this.api.addRoutes({ path: routePath, methods: [method], integration: routerIntegration });
+    }
+
+    new events.Rule(this, 'ReconcileSchedule', {
+      description: 'Runs the leaselock reconciler.',
+      schedule: props.reconcileSchedule ?? events.Schedule.rate(Duration.minutes(1)),
+      // A missed run needs no retry: the next one queries the same orphans.
+      targets: [new targets.LambdaFunction(this.reconciler, { retryAttempts: 0 })],
+    });
+
+    this.addAlarms(props.orphanAlarmPeriods ?? 5, props.alarmTopic);
+    this.addDashboard();
+
+    new CfnOutput(this, 'TableName', { value: this.table.tableName });
+    new CfnOutput(this, 'IndexName', { value: this.indexName });
+    new CfnOutput(this, 'QueueUrl', { value: this.queue.queueUrl });
+    new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.deadLetterQueue.queueUrl });
+    new CfnOutput(this, 'ApiUrl', { value: this.api.apiEndpoint });
+  }
+
+  /** SendMessageBatch is authorised by sqs:SendMessage. */
+  private sendHintsStatement(): iam.PolicyStatement {
+    return new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.queue.queueArn] });
+  }
+
+  private leaseFunction(
+    id: string,
+    spec: { codeDir: string; description: string; timeout: Duration; statements: iam.PolicyStatement[] },
+  ): lambda.Function {
+    if (!fs.existsSync(path.join(spec.codeDir, 'bootstrap'))) {
+      throw new Error(
+        `${spec.codeDir}/bootstrap not found: run "cargo lambda build --release --arm64" at the repository root`,
+      );
+    }
+    const logGroup = new logs.LogGroup(this, `${id}Logs`, {
+      retention: LOG_RETENTION,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    // An own role instead of AWSLambdaBasicExecutionRole: logs go to this log group only.
+    const role = new iam.Role(this, `${id}Role`, {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+    });
+    logGroup.grantWrite(role);
+    spec.statements.forEach((statement) => role.addToPolicy(statement));
+    return new lambda.Function(this, id, {
+      description: spec.description,
+      runtime: lambda.Runtime.PROVIDED_AL2023,
+      architecture: lambda.Architecture.ARM_64,
+      handler: 'bootstrap',
+      code: lambda.Code.fromAsset(spec.codeDir),
+      memorySize: 128,
+      timeout: spec.timeout,
+      role,
+      logGroup,
+      loggingFormat: lambda.LoggingFormat.JSON,
+      environment: this.environment,
+    });
+  }
+
+  private addAlarms(orphanAlarmPeriods: number, topic: sns.ITopic | undefined): void {
+    const alarms = [
+      this.deadLetterQueue
+        .metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' })
+        .createAlarm(this, 'DeadLetterQueueAlarm', {
+          alarmDescription: 'START hints reached the dead-letter queue after 5 failed receives.',
+          threshold: 0,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        }),
+      // Minimum: every reconciler run in the period found orphans, not just one.
+      leaseMetric(this.metricsNamespace, 'reconciler', 'Orphans', 'Minimum').createAlarm(this, 'OrphansAlarm', {
+        alarmDescription: 'Started work has had no live lease for several consecutive periods.',
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: orphanAlarmPeriods,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+    ];
+    if (topic) {
+      alarms.forEach((alarm) => alarm.addAlarmAction(new cloudwatchActions.SnsAction(topic)));
+    }
+  }
+
+  private addDashboard(): void {
+    const ns = this.metricsNamespace;
+    const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
+      dashboardName: `${Stack.of(this).stackName}-leaselock`,
+    });
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Reconciler: work by state',
+        left: ['Orphans', 'Started', 'Stopped'].map((name) => leaseMetric(ns, 'reconciler', name, 'Maximum')),
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Reconciler: hints sent',
+        left: [leaseMetric(ns, 'reconciler', 'HintsSent', 'Sum')],
+      }),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Workers: active connections per worker',
+        left: [leaseMetric(ns, 'worker', 'ActiveConnections', 'Average')],
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Workers: lease events',
+        left: ['Acquired', 'AcquireConflicts', 'LeasesLost'].map((name) => leaseMetric(ns, 'worker', name, 'Sum')),
+      }),
+    );
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Workers: renew latency (ms)',
+        width: 24,
+        left: ['p50', 'p99'].map((stat) => leaseMetric(ns, 'worker', 'RenewLatency', stat)),
+      }),
+    );
+  }
+}
