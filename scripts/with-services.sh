@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs a command with the local AWS engine up, and stops the engine afterwards if this script
+# started it. The command sees AWS_ENDPOINT_URL and a dummy region and credentials.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT="${MOTO_PORT:-4566}"
+started=0
+if ! curl -fs -o /dev/null --max-time 1 "http://127.0.0.1:$PORT/moto-api/"; then
+  scripts/services.sh start
+  started=1
+fi
+cleanup() { if ((started)); then scripts/services.sh stop; fi; }
+trap cleanup EXIT
+export AWS_ENDPOINT_URL="http://127.0.0.1:$PORT" AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true
+export LEASELOCK_REQUIRE_SERVICES=1
+"$@"
