@@ -1,9 +1,8 @@
-import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as ecs from 'aws-cdk-lib/aws-ecs';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
-import { NagSuppressions } from 'cdk-nag';
 import { Construct } from 'constructs';
 import { LeaseCoordinator } from './lease-coordinator';
 import { leaseMetric } from './metrics';
@@ -122,22 +121,13 @@ export class WorkerService extends Construct {
         targetValue: props.targetConnectionsPerTask ?? 500,
       });
 
-    NagSuppressions.addResourceSuppressions(this.taskDefinition, [
-      {
-        id: 'AwsSolutions-ECS2',
-        reason: 'The variables are resource names and lease timings, none of them secret.',
-      },
-    ]);
-    NagSuppressions.addResourceSuppressions(
-      this.taskDefinition,
-      [
-        {
-          id: 'AwsSolutions-IAM5',
-          reason: 'ecr:GetAuthorizationToken, granted for a private ECR image, has no resource-level permissions.',
-          appliesTo: ['Resource::*'],
-        },
-      ],
-      true,
-    );
+    Validations.of(this.taskDefinition).acknowledge({
+      id: 'AwsSolutions-ECS2',
+      reason: 'The variables are resource names and lease timings, none of them secret.',
+    });
+    Validations.of(this.taskDefinition).acknowledge({
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason: 'ecr:GetAuthorizationToken, granted for a private ECR image, has no resource-level permissions.',
+    });
   }
 }

@@ -1,0 +1,245 @@
+import assert from 'node:assert/strict';
+import * as path from 'node:path';
+import { describe, test } from 'node:test';
+import { CfnElement, Duration, Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import { IConstruct } from 'constructs';
+import { LeaseCoordinator, LeaseCoordinatorProps } from '../lib/lease-coordinator';
+import { placeholderCodeDirs, testApp } from './fixtures';
+
+function synth(props: LeaseCoordinatorProps = {}) {
+  const stack = new Stack(testApp(), 'Test');
+  const coordinator = new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), ...props });
+  return { stack, coordinator, template: Template.fromStack(stack) };
+}
+
+const logicalId = (stack: Stack, construct: IConstruct): string =>
+  stack.getLogicalId(construct.node.defaultChild as CfnElement);
+
+const arnOf = (stack: Stack, construct: IConstruct) => ({ 'Fn::GetAtt': [logicalId(stack, construct), 'Arn'] });
+
+/** A function may write to its own log group and nowhere else. */
+const logsStatement = (stack: Stack, fn: lambda.Function) => ({
+  Action: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+  Effect: 'Allow',
+  Resource: arnOf(stack, fn.logGroup),
+});
+
+/** Every statement of the inline policies attached to the role, resolved. */
+function statementsOf(template: Template, stack: Stack, role: iam.IRole) {
+  const roleRef = { Ref: logicalId(stack, role) };
+  return Object.values(template.findResources('AWS::IAM::Policy'))
+    .filter((policy) => policy.Properties.Roles.some((r: unknown) => JSON.stringify(r) === JSON.stringify(roleRef)))
+    .flatMap((policy) => policy.Properties.PolicyDocument.Statement);
+}
+
+describe('LeaseCoordinator', () => {
+  test('the lease table is keyed by connection_id with TTL, PITR, SSE and deletion protection', () => {
+    const { template } = synth();
+    template.resourceCountIs('AWS::DynamoDB::Table', 1);
+    template.hasResourceProperties('AWS::DynamoDB::Table', {
+      BillingMode: 'PAY_PER_REQUEST',
+      KeySchema: [{ AttributeName: 'connection_id', KeyType: 'HASH' }],
+      AttributeDefinitions: Match.arrayWith([
+        { AttributeName: 'connection_id', AttributeType: 'S' },
+        { AttributeName: 'desired_state', AttributeType: 'S' },
+        { AttributeName: 'lease_expires_at_ms', AttributeType: 'N' },
+      ]),
+      TimeToLiveSpecification: { AttributeName: 'ttl', Enabled: true },
+      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+      SSESpecification: { SSEEnabled: true },
+      DeletionProtectionEnabled: true,
+    });
+  });
+
+  test('deletion protection can be turned off', () => {
+    synth({ deletionProtection: false }).template.hasResourceProperties('AWS::DynamoDB::Table', {
+      DeletionProtectionEnabled: false,
+    });
+  });
+
+  test('the orphan index is keyed by desired_state and lease_expires_at_ms and projects everything', () => {
+    const { template } = synth();
+    template.hasResourceProperties('AWS::DynamoDB::Table', {
+      GlobalSecondaryIndexes: [
+        {
+          IndexName: 'desired_state-lease_expires_at_ms-index',
+          KeySchema: [
+            { AttributeName: 'desired_state', KeyType: 'HASH' },
+            { AttributeName: 'lease_expires_at_ms', KeyType: 'RANGE' },
+          ],
+          Projection: { ProjectionType: 'ALL' },
+        },
+      ],
+    });
+  });
+
+  test('the hint queue redrives to an encrypted dead-letter queue after 5 receives', () => {
+    const { stack, coordinator, template } = synth();
+    template.resourceCountIs('AWS::SQS::Queue', 2);
+    template.hasResourceProperties('AWS::SQS::Queue', {
+      SqsManagedSseEnabled: true,
+      RedrivePolicy: {
+        deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(stack, coordinator.deadLetterQueue), 'Arn'] },
+        maxReceiveCount: 5,
+      },
+    });
+    template.hasResourceProperties('AWS::SQS::Queue', {
+      SqsManagedSseEnabled: true,
+      RedrivePolicy: Match.absent(),
+    });
+  });
+
+  test('every route of the API requires IAM auth, and only the three router routes exist', () => {
+    const { template } = synth();
+    const routes = Object.values(template.findResources('AWS::ApiGatewayV2::Route'));
+    assert.deepEqual(
+      routes.map((route) => route.Properties.RouteKey).sort(),
+      ['GET /connections/{id}', 'POST /connections/{id}/start', 'POST /connections/{id}/stop'],
+    );
+    for (const route of routes) {
+      assert.equal(route.Properties.AuthorizationType, 'AWS_IAM', route.Properties.RouteKey);
+    }
+    template.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
+      StageName: '$default',
+      AccessLogSettings: Match.objectLike({ Format: Match.stringLikeRegexp('context.requestId') }),
+    });
+  });
+
+  test('both functions are arm64 provided.al2023 bootstraps logging JSON with the LEASELOCK_* contract', () => {
+    const { stack, coordinator, template } = synth({
+      indexName: 'orphans',
+      keyPrefix: 'prod/',
+      leaseDuration: Duration.seconds(30),
+      metricsNamespace: 'fleet',
+    });
+    const functions = template.findResources('AWS::Lambda::Function');
+    assert.equal(Object.keys(functions).length, 2);
+    for (const fn of [coordinator.router, coordinator.reconciler]) {
+      const props = functions[logicalId(stack, fn)].Properties;
+      assert.equal(props.Runtime, 'provided.al2023');
+      assert.deepEqual(props.Architectures, ['arm64']);
+      assert.equal(props.Handler, 'bootstrap');
+      assert.equal(props.LoggingConfig.LogFormat, 'JSON');
+      assert.deepEqual(props.Environment.Variables, {
+        LEASELOCK_TABLE: { Ref: logicalId(stack, coordinator.table) },
+        LEASELOCK_QUEUE_URL: { Ref: logicalId(stack, coordinator.queue) },
+        LEASELOCK_INDEX_NAME: 'orphans',
+        LEASELOCK_KEY_PREFIX: 'prod/',
+        LEASELOCK_LEASE_MS: '30000',
+        LEASELOCK_RENEW_MS: '5000',
+        LEASELOCK_CLOCK_SKEW_MS: '1000',
+        LEASELOCK_METRICS_NAMESPACE: 'fleet',
+      });
+    }
+  });
+
+  test('the router may only get and update lease items and send hints', () => {
+    const { stack, coordinator, template } = synth();
+    assert.deepEqual(statementsOf(template, stack, coordinator.router.role!), [
+      logsStatement(stack, coordinator.router),
+      { Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
+      { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
+    ]);
+  });
+
+  test('the reconciler may only query the orphan index and send hints', () => {
+    const { stack, coordinator, template } = synth();
+    const indexArn = {
+      'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/desired_state-lease_expires_at_ms-index']],
+    };
+    assert.deepEqual(statementsOf(template, stack, coordinator.reconciler.role!), [
+      logsStatement(stack, coordinator.reconciler),
+      { Action: 'dynamodb:Query', Effect: 'Allow', Resource: indexArn },
+      { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
+    ]);
+  });
+
+  test('the functions carry no managed policies', () => {
+    const { template } = synth();
+    const roles = Object.values(template.findResources('AWS::IAM::Role'));
+    assert.equal(roles.length, 2);
+    for (const role of roles) {
+      assert.equal(role.Properties.ManagedPolicyArns, undefined);
+    }
+  });
+
+  test('the reconciler runs every minute, or on the given schedule', () => {
+    const { stack, coordinator, template } = synth();
+    template.resourceCountIs('AWS::Events::Rule', 1);
+    template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      Targets: [Match.objectLike({ Arn: arnOf(stack, coordinator.reconciler) })],
+    });
+    synth({ reconcileSchedule: events.Schedule.rate(Duration.minutes(5)) }).template.hasResourceProperties(
+      'AWS::Events::Rule',
+      { ScheduleExpression: 'rate(5 minutes)' },
+    );
+  });
+
+  test('an alarm fires on any message in the dead-letter queue', () => {
+    const { stack, coordinator, template } = synth();
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(stack, coordinator.deadLetterQueue), 'QueueName'] } }],
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: 0,
+      EvaluationPeriods: 1,
+    });
+  });
+
+  test('an alarm fires when orphans persist for N periods (default 5)', () => {
+    const orphansAlarm = (periods: number) => ({
+      Namespace: 'leaselock',
+      MetricName: 'Orphans',
+      Dimensions: [{ Name: 'Service', Value: 'reconciler' }],
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: 0,
+      Period: 60,
+      EvaluationPeriods: periods,
+    });
+    synth().template.hasResourceProperties('AWS::CloudWatch::Alarm', orphansAlarm(5));
+    synth({ orphanAlarmPeriods: 3 }).template.hasResourceProperties('AWS::CloudWatch::Alarm', orphansAlarm(3));
+  });
+
+  test('both alarms notify the alarm topic when one is given', () => {
+    const stack = new Stack(testApp(), 'Test');
+    const topic = new sns.Topic(stack, 'Topic');
+    new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), alarmTopic: topic });
+    const alarms = Object.values(Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm'));
+    assert.equal(alarms.length, 2);
+    for (const alarm of alarms) {
+      assert.deepEqual(alarm.Properties.AlarmActions, [{ Ref: logicalId(stack, topic) }]);
+    }
+  });
+
+  test('the dashboard graphs every reconciler and worker metric', () => {
+    const { template } = synth();
+    const [dashboard] = Object.values(template.findResources('AWS::CloudWatch::Dashboard'));
+    const body = JSON.stringify(dashboard.Properties.DashboardBody);
+    const metrics = {
+      reconciler: ['Orphans', 'Started', 'Stopped', 'HintsSent'],
+      worker: ['ActiveConnections', 'Acquired', 'AcquireConflicts', 'LeasesLost', 'RenewLatency'],
+    };
+    for (const [service, names] of Object.entries(metrics)) {
+      for (const name of names) {
+        assert.ok(body.includes(`[\\"leaselock\\",\\"${name}\\",\\"Service\\",\\"${service}\\"`), `${service} ${name}`);
+      }
+    }
+  });
+
+  test('the outputs name the table, index, queues and API', () => {
+    const outputs = Object.keys(synth().template.findOutputs('*')).map((id) => id.replace(/^Coordinator|[0-9A-F]{8}$/g, ''));
+    assert.deepEqual(outputs.sort(), ['ApiUrl', 'DeadLetterQueueUrl', 'IndexName', 'QueueUrl', 'TableName']);
+  });
+
+  test('a missing bootstrap fails synthesis with the build command to run', () => {
+    const missing = path.join(placeholderCodeDirs().routerCodeDir, 'absent');
+    assert.throws(() => synth({ routerCodeDir: missing }), /cargo lambda build --release --arm64/);
+  });
+});
