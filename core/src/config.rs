@@ -263,8 +263,7 @@ mod tests {
         assert!(err(base.clone().renew_interval(Duration::ZERO)).contains("renew_interval"));
         assert!(err(base.clone().clock_skew(Duration::ZERO)).contains("clock_skew"));
         assert!(err(TableConfig::new("x")).contains("table_name"));
-        let mut dup = Attributes::default();
-        dup.fence = "lease_owner".into();
+        let dup = Attributes { fence: "lease_owner".into(), ..Attributes::default() };
         assert!(err(base.attributes(dup)).contains("attributes.fence"));
     }
 
