@@ -262,11 +262,11 @@ export class LeaseCoordinator extends Construct {
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Reconciler: work by state',
-        left: ['Orphans', 'Started', 'Stopped'].map((name) => leaseMetric(ns, 'reconciler', name, 'Maximum')),
+        left: ['Orphans', 'Started', 'Stopped', 'Owned'].map((name) => leaseMetric(ns, 'reconciler', name, 'Maximum')),
       }),
       new cloudwatch.GraphWidget({
-        title: 'Reconciler: hints sent',
-        left: [leaseMetric(ns, 'reconciler', 'HintsSent', 'Sum')],
+        title: 'Reconciler: hints',
+        left: ['HintsSent', 'HintsFailed'].map((name) => leaseMetric(ns, 'reconciler', name, 'Sum')),
       }),
     );
     dashboard.addWidgets(

@@ -223,7 +223,7 @@ describe('LeaseCoordinator', () => {
     const [dashboard] = Object.values(template.findResources('AWS::CloudWatch::Dashboard'));
     const body = JSON.stringify(dashboard.Properties.DashboardBody);
     const metrics = {
-      reconciler: ['Orphans', 'Started', 'Stopped', 'HintsSent'],
+      reconciler: ['Orphans', 'Started', 'Stopped', 'Owned', 'HintsSent', 'HintsFailed'],
       worker: ['ActiveConnections', 'Acquired', 'AcquireConflicts', 'LeasesLost', 'RenewLatency'],
     };
     for (const [service, names] of Object.entries(metrics)) {
