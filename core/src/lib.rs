@@ -27,12 +27,18 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod hint;
 pub mod lease;
 pub mod memory;
+pub mod metrics;
 pub mod store;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(feature = "dynamodb")]
+pub mod fenced;
+#[cfg(feature = "dynamodb")]
+pub mod worker;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;
@@ -41,6 +47,11 @@ pub use config::{Attributes, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
 pub use error::{Error, Result};
+#[cfg(feature = "dynamodb")]
+pub use fenced::{fenced_put, fenced_write};
+pub use hint::Hint;
 pub use lease::{DesiredState, Lease, LeaseItem};
 pub use memory::MemoryStore;
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
+#[cfg(feature = "dynamodb")]
+pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};

@@ -1,0 +1,231 @@
+//! Fenced writes: a downstream write made conditional on still holding the lease, in one
+//! TransactWriteItems. The ConditionCheck compares owner and fence, so a worker that was paused
+//! past its deadline (GC, SIGSTOP) and lost the lease to a new claim cannot write any more:
+//! every claim bumps the fence.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
+use aws_sdk_dynamodb::Client;
+use tracing::debug;
+
+use crate::lease::backoff_ms;
+use crate::{Clock, Error, Lease, Result, SystemClock, TableConfig};
+
+/// DynamoDB's limit of actions in one transaction; one is the lease check.
+pub const MAX_FENCED_WRITES: usize = 99;
+
+/// The ConditionCheck on the lease item: still ours (`owner` and `fence`) and not released or
+/// expired by our own clock (`expires_at > now`). Owner and fence are what refuse a zombie after a
+/// takeover; the expiry part also refuses writes after our own release.
+pub fn lease_condition(config: &TableConfig, lease: &Lease, now_ms: u64) -> Result<ConditionCheck> {
+    let a = &config.attributes;
+    ConditionCheck::builder()
+        .table_name(&config.table_name)
+        .set_key(Some(HashMap::from([(a.id.clone(), AttributeValue::S(config.key(&lease.id)))])))
+        .condition_expression("#owner = :me AND #fence = :fence AND #exp > :now")
+        .expression_attribute_names("#owner", &a.owner)
+        .expression_attribute_names("#fence", &a.fence)
+        .expression_attribute_names("#exp", &a.expires_at_ms)
+        .expression_attribute_values(":me", AttributeValue::S(lease.owner.clone()))
+        .expression_attribute_values(":fence", AttributeValue::N(lease.fence.to_string()))
+        .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+        .build()
+        .map_err(|e| Error::InvalidInput(e.to_string()))
+}
+
+/// Writes `put` only while `lease` is held; `Lost` when the lease is no longer ours.
+///
+/// ```no_run
+/// # async fn demo(client: aws_sdk_dynamodb::Client, lease: leaselock::Lease) -> leaselock::Result<()> {
+/// use aws_sdk_dynamodb::types::{AttributeValue, Put};
+/// use leaselock::{fenced_put, TableConfig};
+///
+/// let put = Put::builder()
+///     .table_name("messages")
+///     .item("stream", AttributeValue::S(lease.id.clone()))
+///     .item("seq", AttributeValue::N("42".into()))
+///     .build()
+///     .unwrap();
+/// fenced_put(&client, &TableConfig::new("leases"), &lease, put).await?;
+/// # Ok(()) }
+/// ```
+pub async fn fenced_put(client: &Client, config: &TableConfig, lease: &Lease, put: Put) -> Result<()> {
+    fenced_write(client, config, lease, SystemClock.now_ms(), vec![TransactWriteItem::builder().put(put).build()]).await
+}
+
+/// Applies `writes` (at most [`MAX_FENCED_WRITES`]) atomically with the lease check, `now_ms`
+/// being the writer's wall clock. `Lost` when the lease check fails; a failed condition of one
+/// of `writes` is a `Store` error naming its position. Throttling and transaction conflicts are
+/// retried with backoff for up to one renew interval; every attempt carries the same client
+/// request token, so a retried transaction that had already been applied is not applied twice.
+pub async fn fenced_write(
+    client: &Client,
+    config: &TableConfig,
+    lease: &Lease,
+    now_ms: u64,
+    writes: Vec<TransactWriteItem>,
+) -> Result<()> {
+    if writes.is_empty() || writes.len() > MAX_FENCED_WRITES {
+        return Err(Error::InvalidInput(format!("writes: 1 to {MAX_FENCED_WRITES} actions, got {}", writes.len())));
+    }
+    let mut items = Vec::with_capacity(writes.len() + 1);
+    items.push(TransactWriteItem::builder().condition_check(lease_condition(config, lease, now_ms)?).build());
+    items.extend(writes);
+    let token = format!("{:032x}", rand::random::<u128>());
+    let until = tokio::time::Instant::now() + config.renew_interval;
+    let mut attempt = 0;
+    loop {
+        let sent = client
+            .transact_write_items()
+            .set_transact_items(Some(items.clone()))
+            .client_request_token(&token)
+            .send()
+            .await;
+        let retry = match sent {
+            Ok(_) => return Ok(()),
+            Err(e) => match classify(&lease.id, e) {
+                Verdict::Retry(msg) => msg,
+                Verdict::Fail(err) => return Err(err),
+            },
+        };
+        let delay = Duration::from_millis(backoff_ms(attempt, 25, 1_000, rand::random::<f64>()));
+        if tokio::time::Instant::now() + delay >= until {
+            return Err(Error::Throttled);
+        }
+        debug!(connection_id = %lease.id, attempt, reason = %retry, "fenced write retried");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+impl crate::worker::Connection {
+    /// [`fenced_put`] with this connection's current lease and the store's clock. Refused
+    /// without a request once the lease is lost, past its deadline or given up; a `Lost`
+    /// answer cancels the token.
+    pub async fn fenced_put(&self, client: &Client, put: Put) -> Result<()> {
+        self.fenced_write(client, vec![TransactWriteItem::builder().put(put).build()]).await
+    }
+
+    /// [`fenced_write`] with this connection's current lease and the store's clock.
+    pub async fn fenced_write(&self, client: &Client, writes: Vec<TransactWriteItem>) -> Result<()> {
+        self.ensure_may_act()?;
+        let lease = self.lease().await;
+        let store = self.store();
+        let result = fenced_write(client, store.config(), &lease, store.clock().now_ms(), writes).await;
+        self.note(result)
+    }
+}
+
+enum Verdict {
+    Retry(String),
+    Fail(Error),
+}
+
+/// Throttling and conflicts are worth another try; a failed lease check means the lease is gone.
+fn classify<R>(id: &str, err: SdkError<TransactWriteItemsError, R>) -> Verdict
+where
+    R: std::fmt::Debug,
+{
+    let service = match err {
+        SdkError::ServiceError(s) => s.into_err(),
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            // The token makes a repeat of an applied transaction a no-op.
+            return Verdict::Retry(format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&err)));
+        }
+        other => {
+            return Verdict::Fail(Error::Store(format!(
+                "{}",
+                aws_smithy_types::error::display::DisplayErrorContext(&other)
+            )))
+        }
+    };
+    match &service {
+        TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+            let codes: Vec<&str> =
+                cancelled.cancellation_reasons().iter().map(|r| r.code().unwrap_or("None")).collect();
+            match cancellation_verdict(&codes) {
+                Cancelled::LeaseLost => Verdict::Fail(Error::Lost { id: id.to_string() }),
+                Cancelled::WriteCondition(i) => {
+                    Verdict::Fail(Error::Store(format!("fenced write {i}: its own condition failed")))
+                }
+                Cancelled::Retry => Verdict::Retry(format!("transaction cancelled: {codes:?}")),
+                Cancelled::Other => Verdict::Fail(Error::Store(format!("transaction cancelled: {codes:?}"))),
+            }
+        }
+        TransactWriteItemsError::TransactionInProgressException(_)
+        | TransactWriteItemsError::ProvisionedThroughputExceededException(_)
+        | TransactWriteItemsError::RequestLimitExceeded(_)
+        | TransactWriteItemsError::ThrottlingException(_)
+        | TransactWriteItemsError::InternalServerError(_) => {
+            Verdict::Retry(format!("{}: {}", service.code().unwrap_or_default(), service.message().unwrap_or_default()))
+        }
+        _ => Verdict::Fail(Error::Store(format!(
+            "{}: {}",
+            service.code().unwrap_or_default(),
+            service.message().unwrap_or_default()
+        ))),
+    }
+}
+
+/// What a cancelled transaction's reasons (lease check first) mean.
+#[derive(Debug, PartialEq, Eq)]
+enum Cancelled {
+    LeaseLost,
+    WriteCondition(usize),
+    Retry,
+    Other,
+}
+
+fn cancellation_verdict(codes: &[&str]) -> Cancelled {
+    if codes.first() == Some(&"ConditionalCheckFailed") {
+        return Cancelled::LeaseLost;
+    }
+    if let Some(i) = codes.iter().position(|c| *c == "ConditionalCheckFailed") {
+        return Cancelled::WriteCondition(i - 1);
+    }
+    if codes.iter().any(|c| matches!(*c, "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")) {
+        return Cancelled::Retry;
+    }
+    Cancelled::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_check_failing_means_lost() {
+        assert_eq!(cancellation_verdict(&["ConditionalCheckFailed", "None"]), Cancelled::LeaseLost);
+        assert_eq!(cancellation_verdict(&["ConditionalCheckFailed", "ConditionalCheckFailed"]), Cancelled::LeaseLost);
+        assert_eq!(cancellation_verdict(&["None", "None", "ConditionalCheckFailed"]), Cancelled::WriteCondition(1));
+        assert_eq!(cancellation_verdict(&["None", "TransactionConflict"]), Cancelled::Retry);
+        assert_eq!(cancellation_verdict(&["None", "ValidationError"]), Cancelled::Other);
+    }
+
+    #[test]
+    fn condition_uses_configured_names() {
+        let config = TableConfig::new("leases").key_prefix("app/");
+        let lease = Lease {
+            id: "s1".into(),
+            owner: "w1".into(),
+            fence: 4,
+            expires_at_ms: 10,
+            last_seq: None,
+            url: None,
+            desired_state: None,
+            deadline_mono_ms: 0,
+        };
+        let check = lease_condition(&config, &lease, 99).unwrap();
+        assert_eq!(check.key().get("connection_id"), Some(&AttributeValue::S("app/s1".into())));
+        let names = check.expression_attribute_names().unwrap();
+        assert_eq!(names.get("#fence").map(String::as_str), Some("fence"));
+        assert_eq!(names.get("#exp").map(String::as_str), Some("lease_expires_at_ms"));
+        let values = check.expression_attribute_values().unwrap();
+        assert_eq!(values.get(":fence"), Some(&AttributeValue::N("4".into())));
+        assert_eq!(values.get(":now"), Some(&AttributeValue::N("99".into())));
+    }
+}

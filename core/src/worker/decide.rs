@@ -1,0 +1,353 @@
+//! The worker's decisions as plain functions of (what the store said, now, config): what to
+//! claim, when to poll again, what a renewal result means, when to give up on a lease. The tokio
+//! worker only drives these; the Python and Node drivers reuse them.
+
+use std::collections::HashMap;
+
+use crate::lease::{backoff_ms, claim_cutoff, is_orphan, retry_fits};
+use crate::{DesiredState, Error, Lease, LeaseItem, TableConfig};
+
+/// Why a handler's cancellation token fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CancelReason {
+    /// The local deadline passed without a successful renewal (the store may be unreachable).
+    Deadline,
+    /// The store said the lease is no longer ours (taken over, or the item changed hands).
+    Lost,
+    /// The work's desired state became STOPPED.
+    Stopped,
+    /// The worker is shutting down.
+    Shutdown,
+    /// The handler returned and the lease was given up.
+    Released,
+}
+
+impl CancelReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Deadline => "Deadline",
+            CancelReason::Lost => "Lost",
+            CancelReason::Stopped => "Stopped",
+            CancelReason::Shutdown => "Shutdown",
+            CancelReason::Released => "Released",
+        }
+    }
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether the worker gives the lease up (expiry 0) once the handler has ended. A lost lease is
+/// someone else's now; after a missed deadline the release is still safe (it is conditional on
+/// owner and fence) and lets the next owner start without waiting for the expiry.
+pub fn should_release(reason: Option<CancelReason>) -> bool {
+    !matches!(reason, Some(CancelReason::Lost))
+}
+
+/// Whether the end of a lease counts as a lost lease in the metrics.
+pub fn counts_as_lost(reason: Option<CancelReason>) -> bool {
+    matches!(reason, Some(CancelReason::Lost | CancelReason::Deadline))
+}
+
+/// How much of a `[0, 1)` random draw moves a periodic interval: ±20 %.
+pub const JITTER_FRACTION: f64 = 0.2;
+
+/// `interval_ms` moved by up to ±[`JITTER_FRACTION`], so a fleet does not poll in step.
+pub fn jittered_ms(interval_ms: u64, unit: f64) -> u64 {
+    let factor = 1.0 - JITTER_FRACTION + 2.0 * JITTER_FRACTION * unit.clamp(0.0, 1.0);
+    (interval_ms as f64 * factor).round() as u64
+}
+
+/// How far past "claimable now" the orphan query looks: the longest jittered interval and a
+/// margin. An item that becomes claimable before the next regular poll is seen by this one, so
+/// the poll can be scheduled right after its expiry instead of up to one interval later.
+pub fn orphan_lookahead_ms(interval_ms: u64) -> u64 {
+    jittered_ms(interval_ms, 1.0) + 250
+}
+
+/// The cutoff to query the orphan index with at wall time `now_ms`.
+pub fn orphan_query_cutoff(now_ms: u64, config: &TableConfig, interval_ms: u64) -> u64 {
+    claim_cutoff(now_ms, config) + orphan_lookahead_ms(interval_ms)
+}
+
+/// What one orphan poll decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanPlan {
+    /// Ids to claim now, oldest expiry first, at most the capacity.
+    pub claim: Vec<String>,
+    /// When to poll again, from now.
+    pub wake_in_ms: u64,
+}
+
+/// One orphan poll's inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct OrphanPoll<'a> {
+    /// What the query (cutoff [`orphan_query_cutoff`]) returned, oldest expiry first.
+    pub items: &'a [LeaseItem],
+    /// The query returned as many items as it was allowed to: more may be waiting.
+    pub page_was_full: bool,
+    /// Wall time, epoch ms.
+    pub now_ms: u64,
+    /// Leases this worker may still take.
+    pub capacity: usize,
+    /// The regular poll interval.
+    pub interval_ms: u64,
+    /// A random draw in `[0, 1)` for the jitter.
+    pub unit: f64,
+}
+
+/// Decides an orphan poll. Items claimable at `now_ms` are claimed up to `capacity`; an item
+/// that becomes claimable before the regular next poll moves the next poll to just after that
+/// moment; a full page with claims means more orphans may be waiting, so poll again at once.
+pub fn plan_orphans(poll: &OrphanPoll<'_>, config: &TableConfig, is_ours: impl Fn(&str) -> bool) -> OrphanPlan {
+    let mut claim = Vec::new();
+    let mut wake_in_ms = jittered_ms(poll.interval_ms, poll.unit);
+    for item in poll.items.iter().filter(|i| i.desired_state == Some(DesiredState::Started) && !is_ours(&i.id)) {
+        if is_orphan(item, poll.now_ms, config) {
+            if claim.len() < poll.capacity {
+                claim.push(item.id.clone());
+            }
+        } else if let Some(exp) = item.expires_at_ms {
+            // Claimable once `exp < now - skew`, i.e. from `exp + skew + 1`.
+            let claimable_at = exp + config.skew_ms() + 1;
+            wake_in_ms = wake_in_ms.min(claimable_at.saturating_sub(poll.now_ms));
+        }
+    }
+    if poll.page_was_full && !claim.is_empty() && claim.len() < poll.capacity {
+        wake_in_ms = 0;
+    }
+    OrphanPlan { claim, wake_in_ms }
+}
+
+/// Leases still free under `max_connections`.
+pub fn capacity_left(max_connections: usize, held: usize) -> usize {
+    max_connections.saturating_sub(held)
+}
+
+/// How an acquire that did not succeed is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimFailure {
+    /// Someone holds it or it is stopped: the normal outcome of racing for work.
+    Conflict,
+    /// The store failed.
+    Error,
+}
+
+pub fn claim_failure(err: &Error) -> ClaimFailure {
+    match err {
+        Error::Held { .. } | Error::Stopped { .. } => ClaimFailure::Conflict,
+        Error::Lost { .. }
+        | Error::NotFound { .. }
+        | Error::SeqNotIncreasing { .. }
+        | Error::Throttled
+        | Error::InvalidInput(_)
+        | Error::Store(_) => ClaimFailure::Error,
+    }
+}
+
+/// Only running fleet work gets a handler: a hint may name an id that is not (or no longer)
+/// STARTED, and acquiring it must not start work nobody asked for.
+pub fn is_fleet_work(lease: &Lease) -> bool {
+    lease.desired_state == Some(DesiredState::Started)
+}
+
+/// What to do after a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewStep {
+    /// Renewed; send the next renewal at this monotonic time.
+    RenewAt(u64),
+    /// Renewed, but the work was stopped: cancel the handler, keep renewing until it ends.
+    StoppedRenewAt(u64),
+    /// Not ours any more.
+    Lost,
+    /// A transient failure: try again at this monotonic time (before the deadline).
+    RetryAt(u64),
+    /// No retry fits before the deadline.
+    Deadline,
+}
+
+/// The renewal succeeded and `lease` is the renewed handle.
+pub fn after_renewal(lease: &Lease, config: &TableConfig) -> RenewStep {
+    let next = lease.next_renew_mono_ms(config);
+    if lease.desired_state == Some(DesiredState::Stopped) {
+        RenewStep::StoppedRenewAt(next)
+    } else {
+        RenewStep::RenewAt(next)
+    }
+}
+
+/// The renewal failed with `err` on try `attempt` (0-based) at monotonic `now_mono_ms`.
+pub fn after_renewal_error(
+    err: &Error,
+    attempt: u32,
+    now_mono_ms: u64,
+    deadline_mono_ms: u64,
+    config: &TableConfig,
+    unit: f64,
+) -> RenewStep {
+    if matches!(err, Error::Lost { .. } | Error::NotFound { .. }) {
+        return RenewStep::Lost;
+    }
+    let delay = backoff_ms(attempt, 100, (config.renew_ms() / 2).max(100), unit);
+    if retry_fits(now_mono_ms, delay, deadline_mono_ms) {
+        RenewStep::RetryAt(now_mono_ms + delay)
+    } else {
+        RenewStep::Deadline
+    }
+}
+
+/// The held ids whose desired state is STOPPED, sorted.
+pub fn stopped_ids(states: &HashMap<String, Option<DesiredState>>) -> Vec<String> {
+    let mut ids: Vec<String> =
+        states.iter().filter(|(_, s)| **s == Some(DesiredState::Stopped)).map(|(id, _)| id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+/// How many hint messages to ask SQS for: no more than the free capacity, and SQS's limit of 10.
+pub fn hint_batch_size(capacity: usize) -> i32 {
+    capacity.clamp(1, 10) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> TableConfig {
+        TableConfig::default()
+    }
+
+    fn plan(items: &[LeaseItem], capacity: usize, full: bool, ours: &str) -> OrphanPlan {
+        let poll = OrphanPoll { items, page_was_full: full, now_ms: 100_000, capacity, interval_ms: 2_000, unit: 0.5 };
+        plan_orphans(&poll, &cfg(), |id| id == ours)
+    }
+
+    fn started(id: &str, exp: u64) -> LeaseItem {
+        LeaseItem {
+            id: id.into(),
+            desired_state: Some(DesiredState::Started),
+            expires_at_ms: Some(exp),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn jitter_stays_within_twenty_percent() {
+        assert_eq!(jittered_ms(2_000, 0.0), 1_600);
+        assert_eq!(jittered_ms(2_000, 0.5), 2_000);
+        assert_eq!(jittered_ms(2_000, 1.0), 2_400);
+        assert_eq!(jittered_ms(2_000, 7.0), 2_400);
+        assert_eq!(orphan_lookahead_ms(2_000), 2_650);
+        assert_eq!(orphan_query_cutoff(100_000, &cfg(), 2_000), 99_000 + 2_650);
+    }
+
+    #[test]
+    fn claims_orphans_up_to_capacity_oldest_first() {
+        // Now is 100,000 throughout.
+        let items = [started("a", 0), started("b", 50_000), started("c", 98_999), started("d", 99_000)];
+        assert_eq!(plan(&items, 2, false, "").claim, vec!["a", "b"]);
+        // "d" expired at 99,000 and becomes claimable at 100,001 (1 s skew): poll then.
+        let plan = plan(&items, 10, false, "");
+        assert_eq!(plan.claim, vec!["a", "b", "c"]);
+        assert_eq!(plan.wake_in_ms, 1);
+    }
+
+    #[test]
+    fn expiring_items_pull_the_next_poll_forward_only() {
+        let soon = plan(&[started("x", 100_500)], 5, false, "");
+        assert!(soon.claim.is_empty());
+        assert_eq!(soon.wake_in_ms, 1_501);
+        assert_eq!(plan(&[started("x", 105_000)], 5, false, "").wake_in_ms, 2_000);
+    }
+
+    #[test]
+    fn own_stopped_and_foreign_items_are_skipped() {
+        let mut stopped = started("s", 0);
+        stopped.desired_state = Some(DesiredState::Stopped);
+        let leader = LeaseItem { id: "leader/x".into(), expires_at_ms: Some(0), ..Default::default() };
+        let items = [started("mine", 0), stopped, leader, started("free", 0)];
+        assert_eq!(plan(&items, 5, false, "mine").claim, vec!["free"]);
+    }
+
+    #[test]
+    fn a_full_page_with_claims_polls_again_at_once() {
+        let items = [started("a", 0), started("b", 0)];
+        assert_eq!(plan(&items, 5, true, "").wake_in_ms, 0);
+        // At capacity there is nothing more to take: wait for the interval.
+        assert_eq!(plan(&items, 2, true, "").wake_in_ms, 2_000);
+        assert_eq!(plan(&items, 5, false, "").wake_in_ms, 2_000);
+    }
+
+    #[test]
+    fn conflicts_are_not_errors() {
+        assert_eq!(claim_failure(&Error::Held { owner: "w".into(), expires_at_ms: 1 }), ClaimFailure::Conflict);
+        assert_eq!(claim_failure(&Error::Stopped { id: "a".into() }), ClaimFailure::Conflict);
+        assert_eq!(claim_failure(&Error::Throttled), ClaimFailure::Error);
+        assert_eq!(claim_failure(&Error::Store("x".into())), ClaimFailure::Error);
+    }
+
+    fn lease(deadline: u64, state: Option<DesiredState>) -> Lease {
+        Lease {
+            id: "a".into(),
+            owner: "w".into(),
+            fence: 1,
+            expires_at_ms: 0,
+            last_seq: None,
+            url: None,
+            desired_state: state,
+            deadline_mono_ms: deadline,
+        }
+    }
+
+    #[test]
+    fn renewal_schedule_and_stop() {
+        let c = cfg();
+        // Sent at 0: deadline 19,000, next renewal 5,000.
+        assert_eq!(after_renewal(&lease(19_000, Some(DesiredState::Started)), &c), RenewStep::RenewAt(5_000));
+        assert_eq!(after_renewal(&lease(19_000, Some(DesiredState::Stopped)), &c), RenewStep::StoppedRenewAt(5_000));
+    }
+
+    #[test]
+    fn renewal_failures_retry_until_the_deadline() {
+        let c = cfg();
+        let lost = Error::Lost { id: "a".into() };
+        assert_eq!(after_renewal_error(&lost, 0, 0, 19_000, &c, 0.5), RenewStep::Lost);
+        assert_eq!(after_renewal_error(&Error::Throttled, 0, 1_000, 19_000, &c, 0.5), RenewStep::RetryAt(1_050));
+        assert_eq!(after_renewal_error(&Error::Throttled, 30, 1_000, 19_000, &c, 1.0), RenewStep::RetryAt(3_500));
+        assert_eq!(after_renewal_error(&Error::Store("x".into()), 30, 18_000, 19_000, &c, 1.0), RenewStep::Deadline);
+    }
+
+    #[test]
+    fn release_and_lost_accounting() {
+        assert!(should_release(None));
+        assert!(should_release(Some(CancelReason::Stopped)));
+        assert!(should_release(Some(CancelReason::Shutdown)));
+        assert!(should_release(Some(CancelReason::Deadline)));
+        assert!(!should_release(Some(CancelReason::Lost)));
+        assert!(counts_as_lost(Some(CancelReason::Deadline)) && counts_as_lost(Some(CancelReason::Lost)));
+        assert!(!counts_as_lost(Some(CancelReason::Stopped)) && !counts_as_lost(None));
+    }
+
+    #[test]
+    fn only_started_work_runs() {
+        assert!(is_fleet_work(&lease(0, Some(DesiredState::Started))));
+        assert!(!is_fleet_work(&lease(0, None)));
+        assert!(!is_fleet_work(&lease(0, Some(DesiredState::Stopped))));
+    }
+
+    #[test]
+    fn stopped_ids_and_batch_sizes() {
+        let states = HashMap::from([
+            ("b".to_string(), Some(DesiredState::Stopped)),
+            ("a".to_string(), Some(DesiredState::Stopped)),
+            ("c".to_string(), Some(DesiredState::Started)),
+            ("d".to_string(), None),
+        ]);
+        assert_eq!(stopped_ids(&states), vec!["a", "b"]);
+        assert_eq!((hint_batch_size(0), hint_batch_size(3), hint_batch_size(700)), (1, 3, 10));
+        assert_eq!((capacity_left(5, 7), capacity_left(5, 2)), (0, 3));
+    }
+}

@@ -1,0 +1,120 @@
+//! The SQS hint loop: a START hint makes the worker try to claim the work at once instead of at
+//! the next orphan poll. Only a hint: the claim is an ordinary conditional acquire, so a stale,
+//! repeated or misdirected hint costs one write at most.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message};
+use futures::StreamExt;
+use tracing::{debug, warn};
+
+use super::decide::hint_batch_size;
+use super::{Claim, HintQueue, Inner};
+use crate::lease::backoff_ms;
+use crate::Hint;
+
+pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
+    let mut failures = 0u32;
+    loop {
+        // Only take hints while there is room: a full worker leaves them to the others.
+        let room = tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            permit = inner.permits.clone().acquire_owned() => permit,
+        };
+        drop(room);
+        let received = tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            received = queue
+                .client
+                .receive_message()
+                .queue_url(&queue.queue_url)
+                .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
+                .wait_time_seconds(queue.wait.as_secs() as i32)
+                .send() => received,
+        };
+        let messages = match received {
+            Ok(out) => {
+                failures = 0;
+                out.messages.unwrap_or_default()
+            }
+            Err(e) => {
+                failures += 1;
+                let delay = backoff_ms(failures, 200, 10_000, rand::random());
+                warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), retry_in_ms = delay, "hint receive failed");
+                tokio::select! {
+                    () = inner.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(delay)) => continue,
+                }
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        inner.counters.add(&inner.counters.hints_received, messages.len() as u64);
+        let outcomes: Vec<(Message, Claim)> = futures::stream::iter(messages)
+            .map(|m| {
+                let inner = &inner;
+                async move {
+                    let outcome = match m.body().map(Hint::from_json) {
+                        Some(Ok(hint)) => inner.claim(&hint.connection_id, "hint").await,
+                        Some(Err(e)) => {
+                            warn!(message_id = m.message_id().unwrap_or_default(), error = %e, "unreadable hint dropped");
+                            Claim::Failed
+                        }
+                        None => Claim::Failed,
+                    };
+                    (m, outcome)
+                }
+            })
+            .buffer_unordered(10)
+            .collect()
+            .await;
+        settle(&queue, outcomes).await;
+    }
+}
+
+/// Deletes every handled hint (claimed or not: it was only a hint); a hint this worker had no
+/// room for is made visible again at once, for another worker.
+async fn settle(queue: &HintQueue, outcomes: Vec<(Message, Claim)>) {
+    let mut delete = Vec::new();
+    let mut give_back = Vec::new();
+    for (i, (m, outcome)) in outcomes.iter().enumerate() {
+        let Some(receipt) = m.receipt_handle() else { continue };
+        debug!(message_id = m.message_id().unwrap_or_default(), outcome = ?outcome, "hint handled");
+        if matches!(outcome, Claim::NoCapacity | Claim::Stopping) {
+            give_back.push(
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(0)
+                    .build(),
+            );
+        } else {
+            delete.push(DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(receipt).build());
+        }
+    }
+    let delete: Vec<_> = delete.into_iter().filter_map(|e| e.ok()).collect();
+    let give_back: Vec<_> = give_back.into_iter().filter_map(|e| e.ok()).collect();
+    if !delete.is_empty() {
+        let sent =
+            queue.client.delete_message_batch().queue_url(&queue.queue_url).set_entries(Some(delete)).send().await;
+        match sent {
+            Ok(out) if !out.failed().is_empty() => warn!(failed = out.failed().len(), "some hints not deleted"),
+            Ok(_) => {}
+            Err(e) => warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hint delete failed"),
+        }
+    }
+    if !give_back.is_empty() {
+        let sent = queue
+            .client
+            .change_message_visibility_batch()
+            .queue_url(&queue.queue_url)
+            .set_entries(Some(give_back))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hint give-back failed");
+        }
+    }
+}

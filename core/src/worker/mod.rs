@@ -1,0 +1,570 @@
+//! The tokio worker runtime: holds up to `max_connections` leases and runs one handler per held
+//! lease.
+//!
+//! Per held lease: one renewal schedule, the handler task and a cancellation token. Worker-wide:
+//! an orphan loop (the GSI), an SQS hint loop (hints only: the lease decides ownership), a
+//! batched desired-state loop, a metrics loop (EMF lines), and a shutdown path that stops
+//! claiming, cancels every handler and releases every lease in parallel. The decisions live in
+//! [`decide`] as plain functions.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leaselock::worker::BoxError> {
+//! use std::sync::Arc;
+//! use leaselock::worker::Worker;
+//! use leaselock::{LeaseTable, TableConfig};
+//!
+//! let table = Arc::new(LeaseTable::connect(TableConfig::new("leases")).await?);
+//! let worker = Worker::builder(table).max_connections(100).build(|conn| async move {
+//!     let resume_after = conn.last_seq().unwrap_or(0);
+//!     let mut seq = resume_after;
+//!     loop {
+//!         tokio::select! {
+//!             _ = conn.cancelled() => return Ok::<(), leaselock::Error>(()),
+//!             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+//!                 seq += 1;
+//!                 conn.checkpoint(seq).await?;
+//!             }
+//!         }
+//!     }
+//! })?;
+//! let summary = worker.run().await; // until SIGTERM or SIGINT
+//! println!("released {} leases", summary.released);
+//! # Ok(()) }
+//! ```
+
+mod clock;
+mod connection;
+pub mod decide;
+mod hints;
+mod lease_task;
+mod reconcile;
+mod report;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+pub use clock::TokioClock;
+pub use connection::Connection;
+pub use decide::CancelReason;
+
+use crate::config::validate_id;
+use crate::{Error, LeaseStore, Result};
+use connection::Held;
+use decide::{claim_failure, is_fleet_work, ClaimFailure};
+use report::{Counters, Reporter};
+
+/// The error a handler may return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type Handler = Arc<dyn Fn(Connection) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync>;
+
+/// Defaults from the design.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 700;
+pub const DEFAULT_ORPHAN_INTERVAL: Duration = Duration::from_secs(2);
+pub const DEFAULT_DESIRED_STATE_INTERVAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_HANDLER_GRACE: Duration = Duration::from_secs(5);
+/// SQS's longest long poll.
+pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(20);
+
+/// Where START hints arrive.
+#[derive(Debug, Clone)]
+pub struct HintQueue {
+    pub client: aws_sdk_sqs::Client,
+    pub queue_url: String,
+    /// Long-poll wait per receive (at most 20 s); shutdown interrupts it.
+    pub wait: Duration,
+}
+
+/// Timing and limits of a worker (see the builder methods for each).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) max_connections: usize,
+    pub(crate) orphan_interval: Duration,
+    pub(crate) desired_state_interval: Duration,
+    pub(crate) metrics_interval: Duration,
+    pub(crate) handler_grace: Duration,
+}
+
+/// Builds a [`Worker`]; every knob has the design's default.
+pub struct WorkerBuilder {
+    store: Arc<dyn LeaseStore>,
+    worker_id: Option<String>,
+    settings: Settings,
+    hints: Option<HintQueue>,
+    metrics_writer: Option<Box<dyn Write + Send>>,
+}
+
+impl WorkerBuilder {
+    /// The owner name written into leases (default: host, pid and a random suffix).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// The most leases held at once (default 700).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.settings.max_connections = n;
+        self
+    }
+
+    /// How often to query the orphan index (default 2 s, jittered ±20 %).
+    pub fn orphan_interval(mut self, d: Duration) -> Self {
+        self.settings.orphan_interval = d;
+        self
+    }
+
+    /// How often to read the desired state of every held lease in one batch (default 10 s).
+    pub fn desired_state_interval(mut self, d: Duration) -> Self {
+        self.settings.desired_state_interval = d;
+        self
+    }
+
+    /// How often to print a metrics line (default 60 s).
+    pub fn metrics_interval(mut self, d: Duration) -> Self {
+        self.settings.metrics_interval = d;
+        self
+    }
+
+    /// Where metrics lines go (default stdout).
+    pub fn metrics_writer(mut self, writer: impl Write + Send + 'static) -> Self {
+        self.metrics_writer = Some(Box::new(writer));
+        self
+    }
+
+    /// How long a cancelled handler may take to return before it is aborted (default 5 s).
+    pub fn handler_grace(mut self, d: Duration) -> Self {
+        self.settings.handler_grace = d;
+        self
+    }
+
+    /// Receive START hints from this SQS queue (long poll, [`DEFAULT_HINT_WAIT`]).
+    pub fn hint_queue(mut self, client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
+        self.hints = Some(HintQueue { client, queue_url: queue_url.into(), wait: DEFAULT_HINT_WAIT });
+        self
+    }
+
+    /// The long-poll wait of the hint queue (at most 20 s).
+    pub fn hint_wait(mut self, d: Duration) -> Self {
+        if let Some(h) = &mut self.hints {
+            h.wait = d;
+        }
+        self
+    }
+
+    /// Builds the worker with `handler`, called once per claimed lease. The handler's return
+    /// (`Ok` or `Err`) releases the lease; so does a panic, which does not stop the worker.
+    pub fn build<H, Fut, E>(self, handler: H) -> Result<Worker>
+    where
+        H: Fn(Connection) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let s = &self.settings;
+        let invalid = |msg: &str| Err(Error::InvalidInput(msg.to_string()));
+        if s.max_connections == 0 {
+            return invalid("max_connections: must be at least 1");
+        }
+        if s.orphan_interval.is_zero() || s.desired_state_interval.is_zero() || s.metrics_interval.is_zero() {
+            return invalid("orphan_interval, desired_state_interval, metrics_interval: must be greater than zero");
+        }
+        if let Some(h) = &self.hints {
+            if h.wait > DEFAULT_HINT_WAIT {
+                return invalid("hint_wait: at most 20 s");
+            }
+            if h.queue_url.is_empty() {
+                return invalid("hint queue_url: must not be empty");
+            }
+        }
+        let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
+        validate_id("worker_id", &worker_id)?;
+        let handler: Handler = Arc::new(move |conn| {
+            let fut = handler(conn);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        let (new_leases, new_leases_rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            store: self.store,
+            id: worker_id,
+            permits: Arc::new(Semaphore::new(self.settings.max_connections)),
+            settings: self.settings,
+            handler,
+            leases: Mutex::new(Leases::default()),
+            counters: Counters::default(),
+            shutdown: CancellationToken::new(),
+            finished: CancellationToken::new(),
+            new_leases,
+        });
+        let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
+        Ok(Worker { inner, new_leases: new_leases_rx, hints: self.hints, reporter: Reporter::new(writer) })
+    }
+}
+
+/// host-pid-random: unique per process, and readable in the table.
+fn default_worker_id() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let host = if host.is_empty() { "worker".to_string() } else { host };
+    format!("{host}-{}-{:06x}", std::process::id(), rand::random::<u32>() & 0xff_ffff)
+}
+
+/// What is tracked per id: a claim in flight, or a held lease.
+#[derive(Debug)]
+enum Tracked {
+    Claiming,
+    Held(Arc<Held>),
+}
+
+#[derive(Debug, Default)]
+struct Leases {
+    by_id: HashMap<String, Tracked>,
+    /// Set once shutdown began: a claim that lands afterwards is cancelled at once.
+    stopping: bool,
+}
+
+/// How a claim attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    Claimed,
+    AlreadyOurs,
+    NoCapacity,
+    Stopping,
+    Conflict,
+    Failed,
+}
+
+/// A new lease for the run loop to supervise, with the capacity it takes.
+type NewLease = (Arc<Held>, OwnedSemaphorePermit);
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) id: String,
+    pub(crate) settings: Settings,
+    handler: Handler,
+    leases: Mutex<Leases>,
+    /// One permit per lease that may still be held.
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) counters: Counters,
+    /// Fires when shutdown is requested: the loops stop claiming.
+    pub(crate) shutdown: CancellationToken,
+    /// Fires when `run_until` has returned.
+    finished: CancellationToken,
+    new_leases: mpsc::UnboundedSender<NewLease>,
+}
+
+impl Inner {
+    /// Whether `id` is held or being claimed here.
+    pub(crate) fn is_tracked(&self, id: &str) -> bool {
+        self.leases.lock().expect("leases poisoned").by_id.contains_key(id)
+    }
+
+    /// Tries to claim `id`: needs capacity, must not be ours already, and the store decides.
+    pub(crate) async fn claim(&self, id: &str, source: &'static str) -> Claim {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return Claim::NoCapacity;
+        };
+        {
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            if leases.stopping {
+                return Claim::Stopping;
+            }
+            if leases.by_id.contains_key(id) {
+                return Claim::AlreadyOurs;
+            }
+            leases.by_id.insert(id.to_string(), Tracked::Claiming);
+        }
+        let acquired = self.store.acquire(id, &self.id).await;
+        let lease = match acquired {
+            Ok(lease) if is_fleet_work(&lease) => lease,
+            Ok(lease) => {
+                self.leases.lock().expect("leases poisoned").by_id.remove(id);
+                debug!(connection_id = %id, desired_state = ?lease.desired_state, "not running work, giving it back");
+                if let Err(e) = self.store.release(&lease).await {
+                    warn!(connection_id = %id, error = %e, "release of non-running work failed");
+                }
+                self.counters.add(&self.counters.acquire_conflicts, 1);
+                return Claim::Conflict;
+            }
+            Err(e) => {
+                self.leases.lock().expect("leases poisoned").by_id.remove(id);
+                return match claim_failure(&e) {
+                    ClaimFailure::Conflict => {
+                        debug!(connection_id = %id, source, reason = %e, "claim conflict");
+                        self.counters.add(&self.counters.acquire_conflicts, 1);
+                        Claim::Conflict
+                    }
+                    ClaimFailure::Error => {
+                        warn!(connection_id = %id, source, error = %e, "claim failed");
+                        self.counters.add(&self.counters.acquire_errors, 1);
+                        Claim::Failed
+                    }
+                };
+            }
+        };
+        let fence = lease.fence;
+        let held = Arc::new(Held::new(lease));
+        {
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            leases.by_id.insert(id.to_string(), Tracked::Held(held.clone()));
+            if leases.stopping {
+                held.cancel.cancel(CancelReason::Shutdown);
+            }
+        }
+        self.counters.add(&self.counters.acquired, 1);
+        info!(connection_id = %id, fence, source, worker_id = %self.id, "claimed");
+        if self.new_leases.send((held, permit)).is_err() {
+            // The run loop is gone (the worker was dropped): nothing will supervise it.
+            self.leases.lock().expect("leases poisoned").by_id.remove(id);
+        }
+        Claim::Claimed
+    }
+
+    /// The held leases (not the claims in flight).
+    pub(crate) fn held(&self) -> Vec<Arc<Held>> {
+        let leases = self.leases.lock().expect("leases poisoned");
+        leases
+            .by_id
+            .values()
+            .filter_map(|t| match t {
+                Tracked::Held(h) => Some(h.clone()),
+                Tracked::Claiming => None,
+            })
+            .collect()
+    }
+
+    /// Forgets `held` once its task has ended (only if the entry is still this claim).
+    pub(crate) fn forget(&self, held: &Arc<Held>) {
+        let mut leases = self.leases.lock().expect("leases poisoned");
+        if matches!(leases.by_id.get(&held.id), Some(Tracked::Held(h)) if Arc::ptr_eq(h, held)) {
+            leases.by_id.remove(&held.id);
+        }
+    }
+
+    /// Stops new claims from running and cancels every held lease's handler.
+    fn stop_all(&self) {
+        let held = {
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            leases.stopping = true;
+            leases
+                .by_id
+                .values()
+                .filter_map(|t| if let Tracked::Held(h) = t { Some(h.clone()) } else { None })
+                .collect::<Vec<_>>()
+        };
+        for h in held {
+            h.cancel.cancel(CancelReason::Shutdown);
+        }
+    }
+
+    fn snapshot(&self) -> WorkerSnapshot {
+        let mut held: Vec<String> = self.held().iter().map(|h| h.id.clone()).collect();
+        held.sort();
+        let c = self.counters.totals();
+        WorkerSnapshot {
+            worker_id: self.id.clone(),
+            max_connections: self.settings.max_connections,
+            held,
+            acquired: c.acquired,
+            acquire_conflicts: c.acquire_conflicts,
+            acquire_errors: c.acquire_errors,
+            leases_lost: c.leases_lost,
+            released: c.released,
+            handler_errors: c.handler_errors,
+            handler_panics: c.handler_panics,
+            orphan_polls: c.orphan_polls,
+            hints_received: c.hints_received,
+            stopping: self.shutdown.is_cancelled(),
+        }
+    }
+}
+
+/// A point-in-time view of a worker (counters are totals since start).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerSnapshot {
+    pub worker_id: String,
+    pub max_connections: usize,
+    /// Ids whose lease this worker holds, sorted.
+    pub held: Vec<String>,
+    pub acquired: u64,
+    pub acquire_conflicts: u64,
+    pub acquire_errors: u64,
+    /// Lost to another owner or past the deadline.
+    pub leases_lost: u64,
+    pub released: u64,
+    pub handler_errors: u64,
+    pub handler_panics: u64,
+    pub orphan_polls: u64,
+    pub hints_received: u64,
+    pub stopping: bool,
+}
+
+/// Controls a running worker from elsewhere (the CLI, tests): trigger shutdown, read a snapshot.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle").field("worker_id", &self.inner.id).finish()
+    }
+}
+
+impl WorkerHandle {
+    pub fn worker_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Starts the shutdown path: stop claiming, cancel handlers, release every lease.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    pub fn snapshot(&self) -> WorkerSnapshot {
+        self.inner.snapshot()
+    }
+
+    /// Ids held now, sorted.
+    pub fn held_ids(&self) -> Vec<String> {
+        self.inner.snapshot().held
+    }
+
+    /// Resolves once the worker's run has returned.
+    pub async fn finished(&self) {
+        self.inner.finished.cancelled().await
+    }
+}
+
+/// A lease worker; see the module docs.
+pub struct Worker {
+    inner: Arc<Inner>,
+    new_leases: mpsc::UnboundedReceiver<NewLease>,
+    hints: Option<HintQueue>,
+    reporter: Reporter,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("worker_id", &self.inner.id).field("settings", &self.inner.settings).finish()
+    }
+}
+
+impl Worker {
+    pub fn builder(store: Arc<dyn LeaseStore>) -> WorkerBuilder {
+        WorkerBuilder {
+            store,
+            worker_id: None,
+            settings: Settings {
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+                orphan_interval: DEFAULT_ORPHAN_INTERVAL,
+                desired_state_interval: DEFAULT_DESIRED_STATE_INTERVAL,
+                metrics_interval: DEFAULT_METRICS_INTERVAL,
+                handler_grace: DEFAULT_HANDLER_GRACE,
+            },
+            hints: None,
+            metrics_writer: None,
+        }
+    }
+
+    pub fn worker_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    pub fn handle(&self) -> WorkerHandle {
+        WorkerHandle { inner: self.inner.clone() }
+    }
+
+    /// Runs until SIGTERM or SIGINT, then shuts down cleanly.
+    pub async fn run(self) -> WorkerSnapshot {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Runs until `shutdown` resolves (or [`WorkerHandle::shutdown`]), then stops claiming,
+    /// cancels every handler, waits for them (at most `handler_grace` each, then aborts them),
+    /// releases every lease in parallel and returns the final snapshot.
+    ///
+    /// Dropping this future instead (or aborting its task) is a crash: every task stops at once
+    /// and no lease is released, so other workers take over after the expiry.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> WorkerSnapshot {
+        let Worker { inner, mut new_leases, hints, reporter } = self;
+        let reporter = Arc::new(reporter);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(reconcile::orphan_loop(inner.clone()));
+        tasks.spawn(reconcile::desired_state_loop(inner.clone()));
+        tasks.spawn(report::metrics_loop(inner.clone(), reporter.clone()));
+        if let Some(queue) = hints {
+            tasks.spawn(hints::hint_loop(inner.clone(), queue));
+        }
+        info!(worker_id = %inner.id, max_connections = inner.settings.max_connections, "worker started");
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = inner.shutdown.cancelled() => break,
+                Some((held, permit)) = new_leases.recv() => {
+                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                }
+                Some(joined) = tasks.join_next() => log_task_end(joined),
+            }
+        }
+        info!(worker_id = %inner.id, held = inner.held().len(), "shutting down");
+        inner.shutdown.cancel();
+        inner.stop_all();
+        // Claims already in flight still land (and are cancelled at once); every lease task
+        // waits for its handler and releases its lease, all of them at the same time.
+        loop {
+            tokio::select! {
+                biased;
+                Some((held, permit)) = new_leases.recv() => {
+                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                }
+                joined = tasks.join_next() => match joined {
+                    Some(joined) => log_task_end(joined),
+                    None => break,
+                },
+            }
+        }
+        let snapshot = inner.snapshot();
+        reporter.emit(&inner);
+        info!(worker_id = %inner.id, released = snapshot.released, "worker stopped");
+        inner.finished.cancel();
+        snapshot
+    }
+}
+
+fn log_task_end(joined: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            error!(error = %e, "worker task panicked");
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => info!(signal = "SIGTERM", "shutdown requested"),
+                    _ = tokio::signal::ctrl_c() => info!(signal = "SIGINT", "shutdown requested"),
+                }
+                return;
+            }
+            Err(e) => warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the worker"),
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    info!(signal = "SIGINT", "shutdown requested");
+}

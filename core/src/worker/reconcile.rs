@@ -1,0 +1,109 @@
+//! The worker-wide loops that read the table: orphan reconciliation (the sparse GSI) and the
+//! batched desired-state check of every held lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tracing::{debug, info, warn};
+
+use super::decide::{
+    jittered_ms, orphan_query_cutoff, plan_orphans, stopped_ids, CancelReason, OrphanPlan, OrphanPoll,
+};
+use super::Inner;
+use crate::lease::backoff_ms;
+use crate::Result;
+
+/// Claims in flight at once from one poll (a crashed peer's work is taken over in parallel).
+const CLAIM_CONCURRENCY: usize = 16;
+
+pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
+    let mut failures = 0;
+    loop {
+        if inner.shutdown.is_cancelled() {
+            return;
+        }
+        let wake_in_ms = match poll_orphans(&inner).await {
+            Ok(ms) => {
+                failures = 0;
+                ms
+            }
+            Err(e) => {
+                warn!(error = %e, "orphan query failed");
+                failures += 1;
+                let interval = inner.settings.orphan_interval.as_millis() as u64;
+                interval + backoff_ms(failures, interval / 4, 4 * interval, rand::random())
+            }
+        };
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_millis(wake_in_ms)) => {}
+        }
+    }
+}
+
+/// One poll: query orphans (and leases about to expire), claim what fits, say when to poll next.
+async fn poll_orphans(inner: &Inner) -> Result<u64> {
+    let store = &*inner.store;
+    let config = store.config();
+    let interval_ms = inner.settings.orphan_interval.as_millis() as u64;
+    let capacity = inner.permits.available_permits();
+    if capacity == 0 {
+        return Ok(jittered_ms(interval_ms, rand::random()));
+    }
+    let cutoff = orphan_query_cutoff(store.clock().now_ms(), config, interval_ms);
+    let page = store.orphans_page(cutoff, capacity, None).await?;
+    inner.counters.add(&inner.counters.orphan_polls, 1);
+    let poll = OrphanPoll {
+        items: &page.items,
+        page_was_full: page.next.is_some(),
+        now_ms: store.clock().now_ms(),
+        capacity,
+        interval_ms,
+        unit: rand::random(),
+    };
+    let OrphanPlan { claim, wake_in_ms } = plan_orphans(&poll, config, |id| inner.is_tracked(id));
+    if !claim.is_empty() {
+        debug!(count = claim.len(), "claiming orphans");
+        futures::stream::iter(claim)
+            .map(|id| async move { inner.claim(&id, "orphan").await })
+            .buffer_unordered(CLAIM_CONCURRENCY)
+            .for_each(|_| async {})
+            .await;
+    }
+    Ok(wake_in_ms)
+}
+
+/// Every interval, one batched read of the desired state of every held lease; STOPPED cancels
+/// the handler (its lease task releases the lease once the handler has returned).
+pub(crate) async fn desired_state_loop(inner: Arc<Inner>) {
+    let interval = inner.settings.desired_state_interval;
+    // A random phase spreads a fleet's reads; after it the period is exact, so a STOP is seen
+    // within one interval.
+    let phase = interval.mul_f64(rand::random::<f64>());
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let held = inner.held();
+        if held.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
+        match inner.store.batch_desired_states(&ids).await {
+            Ok(states) => {
+                for id in stopped_ids(&states) {
+                    if let Some(h) = held.iter().find(|h| h.id == id) {
+                        if h.cancel.cancel(CancelReason::Stopped) {
+                            info!(connection_id = %id, "stopped");
+                        }
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, held = ids.len(), "desired-state check failed"),
+        }
+    }
+}
