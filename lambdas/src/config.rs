@@ -1,0 +1,182 @@
+//! The functions' configuration, read from the environment the SAM template and the CDK app set.
+//! Every error names the variable to fix, so a misconfigured function fails at init, not mid-request.
+
+use std::time::Duration;
+
+use leaselock::config::DEFAULT_INDEX_NAME;
+use leaselock::TableConfig;
+
+pub const TABLE: &str = "LEASELOCK_TABLE";
+pub const QUEUE_URL: &str = "LEASELOCK_QUEUE_URL";
+pub const INDEX_NAME: &str = "LEASELOCK_INDEX_NAME";
+pub const KEY_PREFIX: &str = "LEASELOCK_KEY_PREFIX";
+pub const LEASE_MS: &str = "LEASELOCK_LEASE_MS";
+pub const RENEW_MS: &str = "LEASELOCK_RENEW_MS";
+pub const CLOCK_SKEW_MS: &str = "LEASELOCK_CLOCK_SKEW_MS";
+pub const METRICS_NAMESPACE: &str = "LEASELOCK_METRICS_NAMESPACE";
+
+pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
+
+/// Which `TableConfig` field each variable sets, to name the variable when core refuses the field.
+const FIELD_VARS: &[(&str, &str)] = &[
+    ("table_name", TABLE),
+    ("index_name", INDEX_NAME),
+    ("key_prefix", KEY_PREFIX),
+    ("lease_duration", LEASE_MS),
+    ("renew_interval", RENEW_MS),
+    ("clock_skew", CLOCK_SKEW_MS),
+];
+
+/// A variable that is missing or invalid.
+#[derive(thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{0} is not set")]
+    Missing(&'static str),
+    #[error("{var}: {message}")]
+    Invalid { var: &'static str, message: String },
+}
+
+impl ConfigError {
+    /// The variable to fix.
+    pub fn var(&self) -> &'static str {
+        match self {
+            ConfigError::Missing(var) | ConfigError::Invalid { var, .. } => var,
+        }
+    }
+}
+
+// `main` returning this error prints its Debug form: make that the readable message.
+impl std::fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// Everything the router and the reconciler need to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub table: TableConfig,
+    /// The START hint queue the workers long-poll.
+    pub queue_url: String,
+    /// CloudWatch namespace of the EMF metrics.
+    pub metrics_namespace: String,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup` (tests pass a map). Empty values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |var: &str| lookup(var).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let required = |var: &'static str| get(var).ok_or(ConfigError::Missing(var));
+        let millis = |var: &'static str, default: u64| -> Result<Duration, ConfigError> {
+            match get(var) {
+                None => Ok(Duration::from_millis(default)),
+                Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| ConfigError::Invalid {
+                    var,
+                    message: format!("{v:?} is not a whole number of milliseconds"),
+                }),
+            }
+        };
+
+        let table = TableConfig::new(required(TABLE)?)
+            .index_name(get(INDEX_NAME).unwrap_or_else(|| DEFAULT_INDEX_NAME.to_string()))
+            // The prefix is taken verbatim: spaces may be part of it.
+            .key_prefix(lookup(KEY_PREFIX).unwrap_or_default())
+            .lease_duration(millis(LEASE_MS, 20_000)?)
+            .renew_interval(millis(RENEW_MS, 5_000)?)
+            .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?);
+        table.validate().map_err(|e| {
+            let message = match e {
+                leaselock::Error::InvalidInput(m) => m,
+                other => other.to_string(),
+            };
+            let var = FIELD_VARS.iter().find(|(field, _)| message.starts_with(field)).map_or(TABLE, |(_, var)| var);
+            ConfigError::Invalid { var, message }
+        })?;
+
+        let queue_url = required(QUEUE_URL)?;
+        if !(queue_url.starts_with("https://") || queue_url.starts_with("http://")) {
+            return Err(ConfigError::Invalid { var: QUEUE_URL, message: format!("{queue_url:?} is not a queue URL") });
+        }
+
+        let metrics_namespace = get(METRICS_NAMESPACE).unwrap_or_else(|| DEFAULT_METRICS_NAMESPACE.to_string());
+        if metrics_namespace.len() > 255 || metrics_namespace.starts_with(':') {
+            return Err(ConfigError::Invalid {
+                var: METRICS_NAMESPACE,
+                message: "at most 255 characters, not starting with ':'".into(),
+            });
+        }
+
+        Ok(Config { table, queue_url, metrics_namespace })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    const BASE: &[(&str, &str)] = &[(TABLE, "leases"), (QUEUE_URL, "http://127.0.0.1:4566/000000000000/hints")];
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let c = parse(BASE).unwrap();
+        assert_eq!(c.table.table_name, "leases");
+        assert_eq!(c.table.index_name, DEFAULT_INDEX_NAME);
+        assert_eq!(c.table.key_prefix, "");
+        assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (20_000, 5_000, 1_000));
+        assert_eq!(c.metrics_namespace, "leaselock");
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let mut vars = BASE.to_vec();
+        vars.extend([
+            (INDEX_NAME, "by-state"),
+            (KEY_PREFIX, "app1/"),
+            (LEASE_MS, "10000"),
+            (RENEW_MS, "2000"),
+            (CLOCK_SKEW_MS, "500"),
+            (METRICS_NAMESPACE, "fleet"),
+        ]);
+        let c = parse(&vars).unwrap();
+        assert_eq!(c.table.index_name, "by-state");
+        assert_eq!(c.table.key_prefix, "app1/");
+        assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (10_000, 2_000, 500));
+        assert_eq!(c.metrics_namespace, "fleet");
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        assert_eq!(parse(&[]).unwrap_err(), ConfigError::Missing(TABLE));
+        assert_eq!(parse(&[(TABLE, "leases")]).unwrap_err(), ConfigError::Missing(QUEUE_URL));
+        assert_eq!(parse(&[(TABLE, " "), (QUEUE_URL, "https://q")]).unwrap_err(), ConfigError::Missing(TABLE));
+
+        let with = |extra: (&'static str, &'static str)| {
+            let mut vars = BASE.to_vec();
+            vars.push(extra);
+            parse(&vars).unwrap_err()
+        };
+        assert_eq!(with((LEASE_MS, "20s")).var(), LEASE_MS);
+        assert_eq!(with((LEASE_MS, "1500")).var(), LEASE_MS);
+        assert_eq!(with((RENEW_MS, "19500")).var(), RENEW_MS);
+        assert_eq!(with((CLOCK_SKEW_MS, "0")).var(), CLOCK_SKEW_MS);
+        assert_eq!(with((TABLE, "x")).var(), TABLE);
+        assert_eq!(with((INDEX_NAME, "ab")).var(), INDEX_NAME);
+        assert_eq!(with((QUEUE_URL, "hints")).var(), QUEUE_URL);
+        assert_eq!(with((METRICS_NAMESPACE, ":x")).var(), METRICS_NAMESPACE);
+
+        let message = format!("{:?}", with((LEASE_MS, "soon")));
+        assert!(message.starts_with("LEASELOCK_LEASE_MS: \"soon\""), "{message}");
+    }
+}
