@@ -323,6 +323,100 @@ impl LeaseTable {
     }
 }
 
+impl LeaseTable {
+    async fn renew_within_deadline(&self, lease: &mut Lease) -> Result<()> {
+        let a = &self.config.attributes;
+        let mut sent_attempts: Vec<(u64, u64)> = Vec::new();
+        let mut attempt = 0;
+        loop {
+            let now = self.clock.now_ms();
+            let sent = self.clock.monotonic_ms();
+            if lease.is_past_deadline(sent) {
+                return Err(Error::Lost { id: lease.id.clone() });
+            }
+            let exp = expiry_for(now, &self.config);
+            let req = UpdateRequest {
+                id: lease.id.clone(),
+                update: "SET #exp = :exp".into(),
+                condition: Some("#owner = :me AND #fence = :fence".into()),
+                names: self.names(&[("#exp", &a.expires_at_ms), ("#owner", &a.owner), ("#fence", &a.fence)]),
+                values: HashMap::from([
+                    (":exp".into(), n(exp)),
+                    (":me".into(), s(&lease.owner)),
+                    (":fence".into(), n(lease.fence)),
+                ]),
+            };
+            match self.update(lease.deadline_mono_ms, &req).await? {
+                Outcome::Done(item) => {
+                    *lease = Lease::from_item(item, &lease.owner, sent, &self.config);
+                    return Ok(());
+                }
+                Outcome::Condition(_) => return Err(Error::Lost { id: lease.id.clone() }),
+                Outcome::Ambiguous => {
+                    sent_attempts.push((exp, sent));
+                    let current = self.read(&lease.id, lease.deadline_mono_ms).await?;
+                    if !holds(&current, lease) {
+                        return Err(Error::Lost { id: lease.id.clone() });
+                    }
+                    let item = current.expect("held item exists");
+                    if let Some(&(_, sent)) = sent_attempts.iter().find(|(exp, _)| Some(*exp) == item.expires_at_ms) {
+                        *lease = Lease::from_item(item, &lease.owner, sent, &self.config);
+                        return Ok(());
+                    }
+                }
+            }
+            self.pause(attempt, lease.deadline_mono_ms).await?;
+            attempt += 1;
+        }
+    }
+
+    async fn checkpoint_within_deadline(&self, lease: &mut Lease, seq: u64) -> Result<()> {
+        let a = &self.config.attributes;
+        let req = UpdateRequest {
+            id: lease.id.clone(),
+            update: "SET #seq = :seq".into(),
+            condition: Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq)".into()),
+            names: self.names(&[("#seq", &a.last_seq), ("#owner", &a.owner), ("#fence", &a.fence)]),
+            values: HashMap::from([
+                (":seq".into(), n(seq)),
+                (":me".into(), s(&lease.owner)),
+                (":fence".into(), n(lease.fence)),
+            ]),
+        };
+        let mut attempt = 0;
+        loop {
+            if lease.is_past_deadline(self.clock.monotonic_ms()) {
+                return Err(Error::Lost { id: lease.id.clone() });
+            }
+            let current = match self.update(lease.deadline_mono_ms, &req).await? {
+                Outcome::Done(_) => {
+                    lease.last_seq = Some(seq);
+                    return Ok(());
+                }
+                Outcome::Condition(old) => Some(old),
+                Outcome::Ambiguous => {
+                    let current = self.read(&lease.id, lease.deadline_mono_ms).await?;
+                    if holds(&current, lease) && current.as_ref().and_then(|i| i.last_seq) == Some(seq) {
+                        lease.last_seq = Some(seq);
+                        return Ok(());
+                    }
+                    (!holds(&current, lease) || current.as_ref().and_then(|i| i.last_seq) > Some(seq))
+                        .then_some(current)
+                }
+            };
+            if let Some(current) = current {
+                if !holds(&current, lease) {
+                    return Err(Error::Lost { id: lease.id.clone() });
+                }
+                let last_seq = current.and_then(|i| i.last_seq).unwrap_or(0);
+                return Err(Error::SeqNotIncreasing { id: lease.id.clone(), last_seq, seq });
+            }
+            self.pause(attempt, lease.deadline_mono_ms).await?;
+            attempt += 1;
+        }
+    }
+}
+
 /// One UpdateItem's expressions.
 struct UpdateRequest {
     id: String,
@@ -353,6 +447,14 @@ fn jitter_unit() -> f64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(SystemClock.monotonic_ms());
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A renewal or checkpoint that cannot get through before the deadline has lost the lease.
+fn lost_if_throttled(e: Error, id: String) -> Error {
+    match e {
+        Error::Throttled => Error::Lost { id },
+        e => e,
+    }
 }
 
 fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
@@ -487,49 +589,8 @@ impl LeaseStore for LeaseTable {
     }
 
     async fn renew(&self, lease: &mut Lease) -> Result<()> {
-        let a = &self.config.attributes;
-        let mut sent_attempts: Vec<(u64, u64)> = Vec::new();
-        let mut attempt = 0;
-        loop {
-            let now = self.clock.now_ms();
-            let sent = self.clock.monotonic_ms();
-            if lease.is_past_deadline(sent) {
-                return Err(Error::Lost { id: lease.id.clone() });
-            }
-            let exp = expiry_for(now, &self.config);
-            let req = UpdateRequest {
-                id: lease.id.clone(),
-                update: "SET #exp = :exp".into(),
-                condition: Some("#owner = :me AND #fence = :fence".into()),
-                names: self.names(&[("#exp", &a.expires_at_ms), ("#owner", &a.owner), ("#fence", &a.fence)]),
-                values: HashMap::from([
-                    (":exp".into(), n(exp)),
-                    (":me".into(), s(&lease.owner)),
-                    (":fence".into(), n(lease.fence)),
-                ]),
-            };
-            match self.update(lease.deadline_mono_ms, &req).await? {
-                Outcome::Done(item) => {
-                    *lease = Lease::from_item(item, &lease.owner, sent, &self.config);
-                    return Ok(());
-                }
-                Outcome::Condition(_) => return Err(Error::Lost { id: lease.id.clone() }),
-                Outcome::Ambiguous => {
-                    sent_attempts.push((exp, sent));
-                    let current = self.read(&lease.id, lease.deadline_mono_ms).await?;
-                    if !holds(&current, lease) {
-                        return Err(Error::Lost { id: lease.id.clone() });
-                    }
-                    let item = current.expect("held item exists");
-                    if let Some(&(_, sent)) = sent_attempts.iter().find(|(exp, _)| Some(*exp) == item.expires_at_ms) {
-                        *lease = Lease::from_item(item, &lease.owner, sent, &self.config);
-                        return Ok(());
-                    }
-                }
-            }
-            self.pause(attempt, lease.deadline_mono_ms).await.map_err(|_| Error::Lost { id: lease.id.clone() })?;
-            attempt += 1;
-        }
+        let id = lease.id.clone();
+        self.renew_within_deadline(lease).await.map_err(|e| lost_if_throttled(e, id))
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -567,49 +628,8 @@ impl LeaseStore for LeaseTable {
     }
 
     async fn checkpoint(&self, lease: &mut Lease, seq: u64) -> Result<()> {
-        let a = &self.config.attributes;
-        let req = UpdateRequest {
-            id: lease.id.clone(),
-            update: "SET #seq = :seq".into(),
-            condition: Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq)".into()),
-            names: self.names(&[("#seq", &a.last_seq), ("#owner", &a.owner), ("#fence", &a.fence)]),
-            values: HashMap::from([
-                (":seq".into(), n(seq)),
-                (":me".into(), s(&lease.owner)),
-                (":fence".into(), n(lease.fence)),
-            ]),
-        };
-        let mut attempt = 0;
-        loop {
-            if lease.is_past_deadline(self.clock.monotonic_ms()) {
-                return Err(Error::Lost { id: lease.id.clone() });
-            }
-            let current = match self.update(lease.deadline_mono_ms, &req).await? {
-                Outcome::Done(_) => {
-                    lease.last_seq = Some(seq);
-                    return Ok(());
-                }
-                Outcome::Condition(old) => Some(old),
-                Outcome::Ambiguous => {
-                    let current = self.read(&lease.id, lease.deadline_mono_ms).await?;
-                    if holds(&current, lease) && current.as_ref().and_then(|i| i.last_seq) == Some(seq) {
-                        lease.last_seq = Some(seq);
-                        return Ok(());
-                    }
-                    (!holds(&current, lease) || current.as_ref().and_then(|i| i.last_seq) > Some(seq))
-                        .then_some(current)
-                }
-            };
-            if let Some(current) = current {
-                if !holds(&current, lease) {
-                    return Err(Error::Lost { id: lease.id.clone() });
-                }
-                let last_seq = current.and_then(|i| i.last_seq).unwrap_or(0);
-                return Err(Error::SeqNotIncreasing { id: lease.id.clone(), last_seq, seq });
-            }
-            self.pause(attempt, lease.deadline_mono_ms).await.map_err(|_| Error::Lost { id: lease.id.clone() })?;
-            attempt += 1;
-        }
+        let id = lease.id.clone();
+        self.checkpoint_within_deadline(lease, seq).await.map_err(|e| lost_if_throttled(e, id))
     }
 
     async fn get(&self, id: &str) -> Result<Option<LeaseItem>> {
