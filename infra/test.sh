@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the deployment side offline: the SAM template (cfn-lint, sam validate --lint, sam build),
-# the CDK app (type check, synth under cdk-nag, assertion tests) and cfn-lint on what CDK synthesized.
+# the CDK app (type check, synth under cdk-nag, assertion tests), that both deploy the same
+# coordinator (sam-parity.py), and cfn-lint on what CDK synthesized.
 # Tools come from .venv and infra/node_modules: scripts/install-infra-tools.sh installs them.
 set -uo pipefail
 
@@ -59,6 +60,7 @@ else
 fi
 step "tsc (type check)" bash -c "cd infra && tsc -p ."
 step "cdk synth (with cdk-nag AwsSolutions)" cdk_synth
+step "SAM/CDK parity" python infra/sam-parity.py template.yaml infra/cdk.out/Leaselock.template.json
 step "cdk tests" bash -c "cd infra && npm test --silent"
 step "cfn-lint infra/cdk.out" bash -c 'cfn-lint --ignore-checks W3005 -- infra/cdk.out/*.template.json'
 

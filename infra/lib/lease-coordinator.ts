@@ -259,30 +259,35 @@ export class LeaseCoordinator extends Construct {
     const dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName: `${Stack.of(this).stackName}-leaselock`,
     });
+    const width = 12;
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Reconciler: work by state',
+        width,
         left: ['Orphans', 'Started', 'Stopped', 'Owned'].map((name) => leaseMetric(ns, 'reconciler', name, 'Maximum')),
       }),
       new cloudwatch.GraphWidget({
         title: 'Reconciler: hints',
+        width,
         left: ['HintsSent', 'HintsFailed'].map((name) => leaseMetric(ns, 'reconciler', name, 'Sum')),
       }),
     );
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Workers: active connections per worker',
+        width,
         left: [leaseMetric(ns, 'worker', 'ActiveConnections', 'Average')],
       }),
       new cloudwatch.GraphWidget({
         title: 'Workers: lease events',
+        width,
         left: ['Acquired', 'AcquireConflicts', 'LeasesLost'].map((name) => leaseMetric(ns, 'worker', name, 'Sum')),
       }),
     );
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Workers: renew latency (ms)',
-        width: 24,
+        width: 2 * width,
         left: ['p50', 'p99'].map((stat) => leaseMetric(ns, 'worker', 'RenewLatency', stat)),
       }),
     );
