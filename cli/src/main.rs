@@ -1,1 +1,172 @@
-fn main() {}
+//! `leaselock`: operate a lease table, run the reference worker, the local upstream feed and
+//! the local demo.
+
+mod demo;
+mod ops;
+mod refworker;
+mod upstream;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use leaselock::{DesiredState, TableConfig};
+
+/// Leases and exactly-one ownership of long-lived work on DynamoDB.
+///
+/// Every command reads the table settings from flags or the environment. The AWS SDK's usual
+/// configuration applies (AWS_REGION, credentials, AWS_ENDPOINT_URL for a local engine).
+#[derive(Parser, Debug)]
+#[command(name = "leaselock", version, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    table: TableArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TableArgs {
+    /// Lease table name.
+    #[arg(long = "table", env = "LEASELOCK_TABLE", default_value = "leaselock", global = true)]
+    pub table_name: String,
+    /// Name of the sparse orphan index (desired_state, lease_expires_at_ms).
+    #[arg(long, env = "LEASELOCK_INDEX_NAME", default_value = leaselock::config::DEFAULT_INDEX_NAME, global = true)]
+    pub index_name: String,
+    /// Prefix of every key this application writes.
+    #[arg(long, env = "LEASELOCK_KEY_PREFIX", default_value = "", global = true)]
+    pub key_prefix: String,
+    /// Lease duration, ms.
+    #[arg(long, env = "LEASELOCK_LEASE_MS", default_value_t = 20_000, global = true)]
+    pub lease_ms: u64,
+    /// Renew interval, ms.
+    #[arg(long, env = "LEASELOCK_RENEW_MS", default_value_t = 5_000, global = true)]
+    pub renew_ms: u64,
+    /// Largest clock difference tolerated between workers, ms.
+    #[arg(long, env = "LEASELOCK_CLOCK_SKEW_MS", default_value_t = 1_000, global = true)]
+    pub skew_ms: u64,
+    /// Table the reference worker writes messages to (created by `table create`).
+    #[arg(long, env = "LEASELOCK_MESSAGES_TABLE", default_value = "leaselock-messages", global = true)]
+    pub messages_table: String,
+}
+
+impl TableArgs {
+    pub fn config(&self) -> leaselock::Result<TableConfig> {
+        TableConfig::new(&self.table_name)
+            .index_name(&self.index_name)
+            .key_prefix(&self.key_prefix)
+            .lease_duration(Duration::from_millis(self.lease_ms))
+            .renew_interval(Duration::from_millis(self.renew_ms))
+            .clock_skew(Duration::from_millis(self.skew_ms))
+            .validated()
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create or describe the lease table.
+    #[command(subcommand)]
+    Table(TableCommand),
+    /// Mark work as STARTED (idempotent; an owner keeps its lease).
+    Start {
+        /// The work's id (connection_id).
+        id: String,
+        /// Where a worker connects: ws:// or wss://.
+        #[arg(long)]
+        url: String,
+        /// Also send a hint to this SQS queue so a worker claims it at once.
+        #[arg(long, env = "LEASELOCK_QUEUE_URL")]
+        queue_url: Option<String>,
+    },
+    /// Mark work as STOPPED; its owner lets go within one desired-state interval.
+    Stop {
+        /// The work's id (connection_id).
+        id: String,
+    },
+    /// List lease items as a table.
+    Ls(ops::LsArgs),
+    /// Per-worker counts, orphans and leases expiring soon.
+    Status {
+        /// Refresh until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Refresh interval with --watch, ms.
+        #[arg(long, default_value_t = 1_000)]
+        interval_ms: u64,
+    },
+    /// Run the reference worker: own leased streams, write every message with a fenced write.
+    Worker(refworker::WorkerArgs),
+    /// Run a local WebSocket feed: one sequenced stream per path, resumable with ?from=SEQ.
+    Upstream(upstream::UpstreamArgs),
+    /// Run the local demo: a fleet of workers, a crash and a graceful hand-over.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum TableCommand {
+    /// Create the lease table (sparse orphan index, TTL) and the messages table; idempotent.
+    Create,
+    /// Show the lease table's status, key schema and indexes.
+    Describe,
+}
+
+/// What the process exits with: 2 for bad input (nothing was written), 1 for other failures.
+pub enum Failure {
+    Usage(String),
+    Other(String),
+}
+
+impl From<leaselock::Error> for Failure {
+    fn from(e: leaselock::Error) -> Self {
+        match e {
+            leaselock::Error::InvalidInput(msg) => Failure::Usage(msg),
+            e => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, Failure>;
+
+pub fn other(e: impl std::fmt::Display) -> Failure {
+    Failure::Other(e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Other(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> CliResult {
+    let args = cli.table;
+    match cli.command {
+        Command::Table(TableCommand::Create) => ops::table_create(&args).await,
+        Command::Table(TableCommand::Describe) => ops::table_describe(&args).await,
+        Command::Start { id, url, queue_url } => ops::start(&args, &id, &url, queue_url.as_deref()).await,
+        Command::Stop { id } => ops::stop(&args, &id).await,
+        Command::Ls(ls) => ops::ls(&args, &ls).await,
+        Command::Status { watch, interval_ms } => ops::status(&args, watch, Duration::from_millis(interval_ms)).await,
+        Command::Worker(w) => refworker::run(&args, w).await,
+        Command::Upstream(u) => upstream::run(u).await,
+        Command::Demo(d) => demo::run(&args, d).await,
+    }
+}
+
+/// Parses a desired state given on the command line.
+pub fn parse_state(s: &str) -> Result<DesiredState, String> {
+    DesiredState::parse(&s.to_ascii_uppercase()).ok_or_else(|| format!("{s:?} is not STARTED or STOPPED"))
+}

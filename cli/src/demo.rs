@@ -1,0 +1,450 @@
+//! The local demo: an upstream feed, a fleet of worker processes, 30 streams; one worker is
+//! killed with SIGKILL, another (optionally) frozen with SIGSTOP past its deadline and thawed,
+//! another stopped with SIGTERM; every stream must be owned again within the bounds, with no
+//! gap and no two owners at once. The last line printed is one JSON report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use leaselock::{Clock, DesiredState, Hint, LeaseItem, LeaseStore, LeaseTable, SystemClock, TableConfig};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::upstream::Feed;
+use crate::{other, CliResult, Failure, TableArgs};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Streams to run.
+    #[arg(long, default_value_t = 30)]
+    pub connections: usize,
+    /// Worker processes (at least 3: one is killed, one stopped, one survives).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(3..=16))]
+    pub workers: u64,
+    /// Messages per second on each stream.
+    #[arg(long, default_value_t = 2.0)]
+    pub rate: f64,
+    /// Seconds of steady state before the first failure.
+    #[arg(long, default_value_t = 5)]
+    pub settle_secs: u64,
+    /// Also freeze a worker with SIGSTOP past its lease deadline, then SIGCONT it: its writes
+    /// must all be refused by the fence.
+    #[arg(long)]
+    pub zombie: bool,
+    /// Orphan query interval of the workers, ms.
+    #[arg(long, default_value_t = 2_000)]
+    pub orphan_interval_ms: u64,
+    /// Desired-state check interval of the workers, ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub desired_state_interval_ms: u64,
+    /// Where worker logs go.
+    #[arg(long, default_value = ".demo")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+struct Report {
+    demo: &'static str,
+    connections: usize,
+    workers: u64,
+    lease_ms: u64,
+    clock_skew_ms: u64,
+    gaps: u64,
+    duplicates: u64,
+    double_owner: u64,
+    crash_failover_max_ms: u64,
+    graceful_handover_max_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zombie_failover_max_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zombie_writes_accepted: Option<u64>,
+    messages: u64,
+    max_subscribers_per_stream: usize,
+}
+
+struct Fleet {
+    children: Vec<(String, Child)>,
+}
+
+impl Fleet {
+    fn pid(&self, i: usize) -> i32 {
+        self.children[i].1.id() as i32
+    }
+
+    fn signal(&self, i: usize, signal: i32) -> CliResult {
+        // SAFETY: kill(2) on a child process this demo started and has not reaped.
+        if unsafe { libc::kill(self.pid(i), signal) } != 0 {
+            return Err(other(format!("kill {} failed: {}", self.pid(i), std::io::Error::last_os_error())));
+        }
+        Ok(())
+    }
+
+    /// Waits (polling, bounded) for child `i` to exit; returns its status.
+    async fn wait_exit(&mut self, i: usize, limit: Duration) -> CliResult<std::process::ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.children[i].1.try_wait().map_err(other)? {
+                return Ok(status);
+            }
+            if Instant::now() >= until {
+                return Err(other(format!("{} did not exit within {limit:?}", self.children[i].0)));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn say(t0: Instant, msg: impl AsRef<str>) {
+    println!("[{:>6.1}s] {}", t0.elapsed().as_secs_f64(), msg.as_ref());
+}
+
+fn status_line(items: &[LeaseItem], now: u64, total: usize) -> String {
+    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in items {
+        if let Some(o) = i.holder_at(now) {
+            *per.entry(o).or_default() += 1;
+        }
+    }
+    let owned: usize = per.values().sum();
+    let workers: Vec<String> = per.iter().map(|(w, n)| format!("{w}:{n}")).collect();
+    format!("owned {owned}/{total}  {}", workers.join(" "))
+}
+
+/// Polls the table until every id in `ids` is held by someone other than `former` (and, if
+/// given, other than `also_not`), printing progress; returns each id's time to recovery.
+async fn wait_recovered(
+    table: &LeaseTable,
+    ids: &[String],
+    former: &str,
+    limit: Duration,
+    t0: Instant,
+) -> CliResult<HashMap<String, (u64, u64)>> {
+    let since = Instant::now();
+    let mut recovered: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut last_print = Instant::now();
+    while recovered.len() < ids.len() {
+        if since.elapsed() > limit {
+            return Err(other(format!(
+                "{} of {} streams not re-owned within {limit:?}",
+                ids.len() - recovered.len(),
+                ids.len()
+            )));
+        }
+        let items = table.items().await?;
+        let now = SystemClock.now_ms();
+        for item in items.iter().filter(|i| ids.contains(&i.id)) {
+            if let Some(holder) = item.holder_at(now) {
+                if holder != former && !recovered.contains_key(&item.id) {
+                    recovered.insert(item.id.clone(), (since.elapsed().as_millis() as u64, now));
+                }
+            }
+        }
+        if last_print.elapsed() >= Duration::from_secs(1) {
+            say(t0, format!("  {}/{} re-owned  {}", recovered.len(), ids.len(), status_line(&items, now, ids.len())));
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(recovered)
+}
+
+async fn held_by(table: &LeaseTable, worker: &str) -> CliResult<Vec<String>> {
+    Ok(table.owned_by(worker).await?.into_iter().map(|i| i.id).collect())
+}
+
+/// Polls until `check(items, now)` holds, printing a status line each second.
+async fn wait_until(
+    table: &LeaseTable,
+    total: usize,
+    limit: Duration,
+    t0: Instant,
+    what: &str,
+    check: impl Fn(&[LeaseItem], u64) -> bool,
+) -> CliResult {
+    let until = Instant::now() + limit;
+    let mut last_print = Instant::now();
+    loop {
+        let items = table.items().await?;
+        let now = SystemClock.now_ms();
+        if check(&items, now) {
+            say(t0, format!("{what}: {}", status_line(&items, now, total)));
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(other(format!("timed out after {limit:?} waiting for: {what}")));
+        }
+        if last_print.elapsed() >= Duration::from_secs(1) {
+            say(t0, format!("  waiting for {what}: {}", status_line(&items, now, total)));
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every (seq, writes, worker, written_at) row of one stream in the messages table.
+async fn messages_of(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    stream: &str,
+) -> CliResult<Vec<(u64, u64, String, u64)>> {
+    let num = |v: Option<&AttributeValue>| v.and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let mut rows = Vec::new();
+    let mut pages = client
+        .query()
+        .table_name(table)
+        .key_condition_expression("#s = :s")
+        .expression_attribute_names("#s", "stream")
+        .expression_attribute_values(":s", AttributeValue::S(stream.into()))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
+    while let Some(item) = pages.next().await {
+        let item = item.map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        let worker = item.get("worker").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        rows.push((num(item.get("seq")), num(item.get("writes")), worker, num(item.get("written_at_ms"))));
+    }
+    Ok(rows)
+}
+
+pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
+    let t0 = Instant::now();
+    let run_id = format!("{}", SystemClock.now_ms());
+    let lease_table = format!("leaselock-demo-{run_id}");
+    let messages_table = format!("{lease_table}-messages");
+    let targs = TableArgs { table_name: lease_table.clone(), messages_table: messages_table.clone(), ..args.clone() };
+    let config: TableConfig = targs.config()?;
+    let sdk = crate::ops::sdk_config().await;
+    let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.clone())?;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+
+    say(t0, format!("creating tables {lease_table}, {messages_table} and the hint queue"));
+    table.create_table().await?;
+    crate::ops::create_messages_table(table.client(), &messages_table).await?;
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(&lease_table)
+        .send()
+        .await
+        .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?
+        .queue_url()
+        .ok_or_else(|| other("no queue url"))?
+        .to_string();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
+    let feed_addr = listener.local_addr().map_err(other)?;
+    let feed = Feed::new(d.rate, Duration::from_millis(1_000));
+    let feed_stop = CancellationToken::new();
+    let feed_task = tokio::spawn(crate::upstream::serve(listener, feed.clone(), feed_stop.clone()));
+    say(t0, format!("upstream feed on ws://{feed_addr} ({} msg/s per stream)", d.rate));
+
+    let logs = d.dir.join(&run_id);
+    std::fs::create_dir_all(&logs).map_err(other)?;
+    let exe = std::env::current_exe().map_err(other)?;
+    let mut fleet = Fleet { children: Vec::new() };
+    for i in 0..d.workers {
+        let name = format!("demo-w{i}");
+        let log = std::fs::File::create(logs.join(format!("{name}.log"))).map_err(other)?;
+        let child = Command::new(&exe)
+            .args(["--table", &lease_table, "--messages-table", &messages_table])
+            .args(["--index-name", &config.index_name, "--key-prefix", &config.key_prefix])
+            .args(["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()])
+            .args(["--skew-ms", &config.skew_ms().to_string()])
+            .args(["worker", "--worker-id", &name, "--queue-url", &queue_url, "--metrics-interval-ms", "5000"])
+            .args(["--orphan-interval-ms", &d.orphan_interval_ms.to_string()])
+            .args(["--desired-state-interval-ms", &d.desired_state_interval_ms.to_string()])
+            .env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(other)?)
+            .stderr(log)
+            .spawn()
+            .map_err(other)?;
+        say(t0, format!("started worker {name} (pid {})", child.id()));
+        fleet.children.push((name, child));
+    }
+    say(t0, format!("worker logs in {}", logs.display()));
+
+    let ids: Vec<String> = (0..d.connections).map(|i| format!("stream-{i:02}")).collect();
+    for id in &ids {
+        table.start(id, &format!("ws://{feed_addr}/{id}")).await?;
+    }
+    for chunk in ids.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(n, id)| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(n.to_string())
+                    .message_body(Hint::new(id).to_json())
+                    .build()
+                    .map_err(other)
+            })
+            .collect::<CliResult<Vec<_>>>()?;
+        sqs.send_message_batch()
+            .queue_url(&queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+    }
+    say(t0, format!("STARTed {} streams (with SQS hints)", ids.len()));
+    let n = ids.len();
+    wait_until(&table, n, Duration::from_secs(60), t0, "every stream owned", |items, now| {
+        items.iter().filter(|i| i.holder_at(now).is_some()).count() == n
+    })
+    .await?;
+    for _ in 0..d.settle_secs {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let items = table.items().await?;
+        say(t0, status_line(&items, SystemClock.now_ms(), n));
+    }
+
+    let recovery_limit = config.lease_duration + config.clock_skew + Duration::from_secs(15);
+    let mut report = Report {
+        connections: n,
+        workers: d.workers,
+        lease_ms: config.lease_ms(),
+        clock_skew_ms: config.skew_ms(),
+        ..Report::default()
+    };
+
+    // 1. Crash: SIGKILL, no release; the leases must expire and be claimed by others.
+    let victim = fleet.children[0].0.clone();
+    let victim_ids = held_by(&table, &victim).await?;
+    say(t0, format!("kill -9 {victim} (holding {} streams)", victim_ids.len()));
+    fleet.signal(0, libc::SIGKILL)?;
+    let crash = wait_recovered(&table, &victim_ids, &victim, recovery_limit, t0).await?;
+    report.crash_failover_max_ms = crash.values().map(|(ms, _)| *ms).max().unwrap_or(0);
+    say(t0, format!("crash failover: max {} ms over {} streams", report.crash_failover_max_ms, crash.len()));
+
+    // 2. Optionally a zombie: frozen past its deadline, its streams taken over, then thawed.
+    let mut next = 1;
+    if d.zombie {
+        let zombie = fleet.children[next].0.clone();
+        let zombie_ids = held_by(&table, &zombie).await?;
+        say(t0, format!("SIGSTOP {zombie} (holding {} streams)", zombie_ids.len()));
+        fleet.signal(next, libc::SIGSTOP)?;
+        let taken = wait_recovered(&table, &zombie_ids, &zombie, recovery_limit, t0).await?;
+        report.zombie_failover_max_ms = Some(taken.values().map(|(ms, _)| *ms).max().unwrap_or(0));
+        say(t0, format!("SIGCONT {zombie}: it must stop, and every write it tries must be refused"));
+        fleet.signal(next, libc::SIGCONT)?;
+        wait_until(&table, n, Duration::from_secs(10), t0, "the thawed worker holds nothing it lost", |items, now| {
+            items.iter().all(|i| !(zombie_ids.contains(&i.id) && i.holder_at(now) == Some(zombie.as_str())))
+        })
+        .await?;
+        // Give the thawed process time to try: a renewal, a checkpoint, a message write.
+        tokio::time::sleep(config.renew_interval).await;
+        let mut accepted = 0;
+        for id in &zombie_ids {
+            let taken_at = taken[id].1;
+            accepted += messages_of(table.client(), &messages_table, id)
+                .await?
+                .iter()
+                .filter(|(_, _, w, at)| *w == zombie && *at > taken_at)
+                .count() as u64;
+        }
+        report.zombie_writes_accepted = Some(accepted);
+        say(t0, format!("writes by the thawed worker after takeover that landed: {accepted}"));
+        next += 1;
+    }
+
+    // 3. Graceful: SIGTERM; the leases are released and claimed at once.
+    let leaving = fleet.children[next].0.clone();
+    let leaving_ids = held_by(&table, &leaving).await?;
+    say(t0, format!("SIGTERM {leaving} (holding {} streams)", leaving_ids.len()));
+    fleet.signal(next, libc::SIGTERM)?;
+    let graceful = wait_recovered(&table, &leaving_ids, &leaving, recovery_limit, t0).await?;
+    report.graceful_handover_max_ms = graceful.values().map(|(ms, _)| *ms).max().unwrap_or(0);
+    let status = fleet.wait_exit(next, Duration::from_secs(30)).await?;
+    say(t0, format!("graceful hand-over: max {} ms; {leaving} exited with {status}", report.graceful_handover_max_ms));
+    wait_until(&table, n, Duration::from_secs(30), t0, "every stream owned again", |items, now| {
+        items.iter().filter(|i| i.holder_at(now).is_some()).count() == n
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 4. STOP everything; owners let go within a desired-state interval (or at their next renewal).
+    for id in &ids {
+        table.stop(id).await?;
+    }
+    say(t0, "STOPped every stream");
+    let stop_limit = Duration::from_millis(d.desired_state_interval_ms) + config.lease_duration;
+    wait_until(&table, n, stop_limit, t0, "every lease released", |items, now| {
+        items.iter().all(|i| i.holder_at(now).is_none() && i.desired_state == Some(DesiredState::Stopped))
+    })
+    .await?;
+    for i in 0..fleet.children.len() {
+        if fleet.children[i].1.try_wait().map_err(other)?.is_none() {
+            fleet.signal(i, libc::SIGTERM)?;
+            fleet.wait_exit(i, Duration::from_secs(30)).await?;
+        }
+    }
+    feed_stop.cancel();
+    let _ = feed_task.await;
+
+    // 5. Every stream's messages must be contiguous from 1.
+    for id in &ids {
+        let rows = messages_of(table.client(), &messages_table, id).await?;
+        let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
+        report.gaps += max - rows.len() as u64;
+        report.duplicates += rows.iter().map(|r| r.1.saturating_sub(1)).sum::<u64>();
+        report.messages += rows.len() as u64;
+        let item = table.get(id).await?.unwrap_or_default();
+        if item.last_seq.unwrap_or(0) > max {
+            report.gaps += item.last_seq.unwrap_or(0) - max;
+        }
+    }
+    let stats = feed.stats();
+    report.double_owner = stats.double_owner;
+    report.max_subscribers_per_stream = stats.max_subscribers_per_stream;
+
+    let crash_bound = config.lease_ms() + config.skew_ms() + 3_000;
+    let mut failures = Vec::new();
+    if report.gaps > 0 {
+        failures.push(format!("{} missing messages", report.gaps));
+    }
+    if report.double_owner > 0 {
+        failures.push(format!("{} double-owner moments", report.double_owner));
+    }
+    if report.crash_failover_max_ms > crash_bound {
+        failures.push(format!("crash failover {} ms > {crash_bound} ms", report.crash_failover_max_ms));
+    }
+    if report.graceful_handover_max_ms > 2_000 {
+        failures.push(format!("graceful hand-over {} ms > 2000 ms", report.graceful_handover_max_ms));
+    }
+    if report.zombie_writes_accepted.unwrap_or(0) > 0 {
+        failures.push("a frozen worker wrote after losing its lease".into());
+    }
+    say(
+        t0,
+        format!(
+            "{} messages written, {} duplicate deliveries, {} gaps",
+            report.messages, report.duplicates, report.gaps
+        ),
+    );
+    for f in &failures {
+        say(t0, format!("FAILED: {f}"));
+    }
+    report.demo = if failures.is_empty() { "ok" } else { "failed" };
+    println!("{}", serde_json::to_string(&report).map_err(other)?);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Other(failures.join("; ")))
+    }
+}

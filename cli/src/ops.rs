@@ -1,0 +1,310 @@
+//! Operator commands: table, start, stop, ls, status.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+use leaselock::lease::{claim_cutoff, is_orphan};
+use leaselock::{Clock, DesiredState, Hint, LeaseItem, LeaseStore, LeaseTable, SystemClock};
+
+use crate::{other, CliResult, TableArgs};
+
+pub async fn connect(args: &TableArgs) -> CliResult<LeaseTable> {
+    Ok(LeaseTable::connect(args.config()?).await?)
+}
+
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+pub async fn table_create(args: &TableArgs) -> CliResult {
+    let table = connect(args).await?;
+    table.create_table().await?;
+    println!("lease table {} ready (index {})", args.table_name, args.index_name);
+    create_messages_table(table.client(), &args.messages_table).await?;
+    println!("messages table {} ready", args.messages_table);
+    Ok(())
+}
+
+/// The reference worker's output: one item per (stream, seq).
+pub async fn create_messages_table(client: &aws_sdk_dynamodb::Client, name: &str) -> CliResult {
+    let attr = |n: &str, t| AttributeDefinition::builder().attribute_name(n).attribute_type(t).build().map_err(other);
+    let key = |n: &str, t| KeySchemaElement::builder().attribute_name(n).key_type(t).build().map_err(other);
+    let created = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("stream", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("seq", ScalarAttributeType::N)?)
+        .key_schema(key("stream", KeyType::Hash)?)
+        .key_schema(key("seq", KeyType::Range)?)
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => Ok(()),
+        Err(e) => Err(other(aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+    }
+}
+
+pub async fn table_describe(args: &TableArgs) -> CliResult {
+    let table = connect(args).await?;
+    let out = table
+        .client()
+        .describe_table()
+        .table_name(&args.table_name)
+        .send()
+        .await
+        .map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    let t = out.table().ok_or_else(|| other("no table description"))?;
+    println!("table      {}", t.table_name().unwrap_or_default());
+    println!("status     {}", t.table_status().map(|s| s.as_str()).unwrap_or("?"));
+    println!("items      {}", t.item_count().unwrap_or_default());
+    for k in t.key_schema() {
+        println!("key        {} ({})", k.attribute_name(), k.key_type().as_str());
+    }
+    for g in t.global_secondary_indexes() {
+        let keys: Vec<_> =
+            g.key_schema().iter().map(|k| format!("{} {}", k.attribute_name(), k.key_type().as_str())).collect();
+        println!(
+            "index      {} [{}] {}",
+            g.index_name().unwrap_or_default(),
+            keys.join(", "),
+            g.index_status().map(|s| s.as_str()).unwrap_or("")
+        );
+    }
+    let config = table.config();
+    println!(
+        "leases     {} ms, renew {} ms, skew {} ms, prefix {:?}",
+        config.lease_ms(),
+        config.renew_ms(),
+        config.skew_ms(),
+        config.key_prefix
+    );
+    Ok(())
+}
+
+pub async fn start(args: &TableArgs, id: &str, url: &str, queue_url: Option<&str>) -> CliResult {
+    leaselock::config::validate_id("id", id)?;
+    leaselock::config::validate_url(url)?;
+    let table = connect(args).await?;
+    let item = table.start(id, url).await?;
+    if let Some(queue_url) = queue_url {
+        let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+        sqs.send_message()
+            .queue_url(queue_url)
+            .message_body(Hint::new(id).to_json())
+            .send()
+            .await
+            .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+    }
+    println!("{id} STARTED (owner {}, fence {})", item.owner.as_deref().unwrap_or("-"), item.fence);
+    Ok(())
+}
+
+pub async fn stop(args: &TableArgs, id: &str) -> CliResult {
+    leaselock::config::validate_id("id", id)?;
+    let table = connect(args).await?;
+    let item = table.stop(id).await?;
+    println!("{id} STOPPED (owner {} lets go within one desired-state interval)", item.owner.as_deref().unwrap_or("-"));
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    /// Only items in this desired state (STARTED or STOPPED).
+    #[arg(long, value_parser = crate::parse_state)]
+    state: Option<DesiredState>,
+    /// Only items whose lease this worker holds now.
+    #[arg(long)]
+    owner: Option<String>,
+    /// Only orphans: STARTED work nobody holds (from the orphan index).
+    #[arg(long, conflicts_with_all = ["state", "owner"])]
+    orphans: bool,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn ls(args: &TableArgs, ls: &LsArgs) -> CliResult {
+    if let Some(owner) = &ls.owner {
+        leaselock::config::validate_id("owner", owner)?;
+    }
+    let table = connect(args).await?;
+    let now = SystemClock.now_ms();
+    let mut items = if ls.orphans {
+        table.orphans(claim_cutoff(now, table.config()), None).await?
+    } else if let Some(owner) = &ls.owner {
+        table.owned_by(owner).await?
+    } else {
+        table.items().await?
+    };
+    items.retain(|i| ls.state.is_none_or(|s| i.desired_state == Some(s)));
+    items.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut out = std::io::stdout().lock();
+    if ls.json {
+        for item in &items {
+            writeln!(out, "{}", serde_json::to_string(item).map_err(other)?).map_err(other)?;
+        }
+        return Ok(());
+    }
+    write!(out, "{}", render_table(&items, now)).map_err(other)?;
+    Ok(())
+}
+
+/// "12.3s", "expired 4.0s ago", "released", or "-".
+pub fn expires_in(item: &LeaseItem, now_ms: u64) -> String {
+    match item.expires_at_ms {
+        None => "-".into(),
+        Some(0) => "released".into(),
+        Some(exp) if exp > now_ms => format!("{:.1}s", (exp - now_ms) as f64 / 1000.0),
+        Some(exp) => format!("expired {:.1}s ago", (now_ms - exp) as f64 / 1000.0),
+    }
+}
+
+pub fn render_table(items: &[LeaseItem], now_ms: u64) -> String {
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .map(|i| {
+            [
+                i.id.clone(),
+                i.desired_state.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                i.holder_at(now_ms).unwrap_or("-").to_string(),
+                i.fence.to_string(),
+                expires_in(i, now_ms),
+                i.last_seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let header = ["ID", "STATE", "OWNER", "FENCE", "EXPIRES IN", "LAST_SEQ"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let cells: Vec<String> = row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!("{} item(s)\n", rows.len()));
+    out
+}
+
+/// What `status` shows.
+#[derive(Debug, Default, PartialEq, serde::Serialize)]
+pub struct Status {
+    pub started: usize,
+    pub stopped: usize,
+    pub owned: usize,
+    pub orphans: usize,
+    pub expiring_soon: usize,
+    pub per_worker: BTreeMap<String, usize>,
+}
+
+pub fn summarize(items: &[LeaseItem], now_ms: u64, config: &leaselock::TableConfig) -> Status {
+    let mut s = Status::default();
+    for item in items {
+        match item.desired_state {
+            Some(DesiredState::Started) => s.started += 1,
+            Some(DesiredState::Stopped) => s.stopped += 1,
+            None => {}
+        }
+        if is_orphan(item, now_ms, config) {
+            s.orphans += 1;
+        }
+        if let Some(owner) = item.holder_at(now_ms) {
+            s.owned += 1;
+            *s.per_worker.entry(owner.to_string()).or_default() += 1;
+            if item.expires_at_ms.is_some_and(|e| e <= now_ms + config.renew_ms()) {
+                s.expiring_soon += 1;
+            }
+        }
+    }
+    s
+}
+
+pub fn render_status(s: &Status, table: &str) -> String {
+    let mut out = format!(
+        "table {table}: {} started, {} stopped, {} owned, {} orphaned, {} expiring within one renew interval\n",
+        s.started, s.stopped, s.owned, s.orphans, s.expiring_soon
+    );
+    out.push_str(&format!("{:<40} {:>6}\n", "WORKER", "LEASES"));
+    for (w, n) in &s.per_worker {
+        out.push_str(&format!("{w:<40} {n:>6}\n"));
+    }
+    out
+}
+
+pub async fn status(args: &TableArgs, watch: bool, interval: Duration) -> CliResult {
+    let table = connect(args).await?;
+    loop {
+        let items = table.items().await?;
+        let now = SystemClock.now_ms();
+        let text = render_status(&summarize(&items, now, table.config()), &args.table_name);
+        if watch {
+            // Clear the screen and home the cursor between refreshes.
+            print!("\x1b[2J\x1b[H{text}");
+            std::io::stdout().flush().map_err(other)?;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        } else {
+            print!("{text}");
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: &str, state: Option<DesiredState>, owner: Option<&str>, exp: Option<u64>) -> LeaseItem {
+        LeaseItem {
+            id: id.into(),
+            desired_state: state,
+            owner: owner.map(String::from),
+            expires_at_ms: exp,
+            fence: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_counts_owners_orphans_and_soon_expiring() {
+        let config = leaselock::TableConfig::default();
+        let now = 100_000;
+        let items = [
+            item("a", Some(DesiredState::Started), Some("w1"), Some(now + 3_000)),
+            item("b", Some(DesiredState::Started), Some("w1"), Some(now + 15_000)),
+            item("c", Some(DesiredState::Started), Some("w2"), Some(now - 5_000)),
+            item("d", Some(DesiredState::Stopped), None, Some(0)),
+            item("leader/x", None, Some("w2"), Some(now + 9_000)),
+        ];
+        let s = summarize(&items, now, &config);
+        assert_eq!((s.started, s.stopped, s.owned, s.orphans, s.expiring_soon), (3, 1, 3, 1, 1));
+        assert_eq!(s.per_worker, BTreeMap::from([("w1".into(), 2), ("w2".into(), 1)]));
+    }
+
+    #[test]
+    fn ls_table_is_aligned() {
+        let now = 50_000;
+        let text = render_table(
+            &[
+                item("stream-1", Some(DesiredState::Started), Some("worker-a"), Some(now + 1_500)),
+                item("s2", Some(DesiredState::Stopped), None, Some(0)),
+            ],
+            now,
+        );
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines[0], "ID        STATE    OWNER     FENCE  EXPIRES IN  LAST_SEQ");
+        assert_eq!(lines[1], "stream-1  STARTED  worker-a  1      1.5s        -");
+        assert_eq!(lines[2], "s2        STOPPED  -         1      released    -");
+        assert_eq!(lines[3], "2 item(s)");
+    }
+}

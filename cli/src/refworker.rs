@@ -1,0 +1,139 @@
+//! The reference worker: owns leased streams, connects to each `ws_url`, resumes after
+//! `last_seq`, writes every message to the messages table with a fenced write, checkpoints,
+//! and acknowledges the message upstream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use futures::{SinkExt, StreamExt};
+use leaselock::worker::BoxError;
+use leaselock::{Clock, Connection, LeaseStore, SystemClock, Worker};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::upstream::{Ack, FeedMessage};
+use crate::{other, CliResult, TableArgs};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// Owner name written into leases (default: host, pid and a random suffix).
+    #[arg(long, env = "LEASELOCK_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Most leases held at once.
+    #[arg(long, env = "LEASELOCK_MAX_CONNECTIONS", default_value_t = leaselock::worker::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// SQS queue of START hints (optional; the orphan index finds work without it).
+    #[arg(long, env = "LEASELOCK_QUEUE_URL")]
+    pub queue_url: Option<String>,
+    /// Orphan index query interval, ms.
+    #[arg(long, env = "LEASELOCK_ORPHAN_INTERVAL_MS", default_value_t = 2_000)]
+    pub orphan_interval_ms: u64,
+    /// Batched desired-state check interval, ms.
+    #[arg(long, env = "LEASELOCK_DESIRED_STATE_INTERVAL_MS", default_value_t = 10_000)]
+    pub desired_state_interval_ms: u64,
+    /// Metrics (CloudWatch EMF lines on stdout) interval, ms.
+    #[arg(long, env = "LEASELOCK_METRICS_INTERVAL_MS", default_value_t = 60_000)]
+    pub metrics_interval_ms: u64,
+}
+
+/// The messages table row written for `msg` under the connection's lease: one item per
+/// (stream, seq); `writes` counts deliveries, so a message written twice shows as a duplicate.
+fn message_write(
+    table: &str,
+    msg: &FeedMessage,
+    conn: &Connection,
+    worker_id: &str,
+) -> Result<TransactWriteItem, BoxError> {
+    let update = Update::builder()
+        .table_name(table)
+        .set_key(Some(HashMap::from([
+            ("stream".to_string(), AttributeValue::S(conn.id().to_string())),
+            ("seq".to_string(), AttributeValue::N(msg.seq.to_string())),
+        ])))
+        .update_expression("SET #data = :data, #fence = :fence, #worker = :worker, #at = :at ADD #writes :one")
+        .expression_attribute_names("#data", "data")
+        .expression_attribute_names("#fence", "fence")
+        .expression_attribute_names("#worker", "worker")
+        .expression_attribute_names("#at", "written_at_ms")
+        .expression_attribute_names("#writes", "writes")
+        .expression_attribute_values(":data", AttributeValue::S(msg.data.clone()))
+        .expression_attribute_values(":fence", AttributeValue::N(conn.fence().to_string()))
+        .expression_attribute_values(":worker", AttributeValue::S(worker_id.to_string()))
+        .expression_attribute_values(":at", AttributeValue::N(SystemClock.now_ms().to_string()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .build()?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+struct Context {
+    client: aws_sdk_dynamodb::Client,
+    messages_table: String,
+    worker_id: String,
+}
+
+/// Streams one leased connection until the lease's token fires.
+async fn stream(conn: Connection, ctx: Arc<Context>) -> Result<(), BoxError> {
+    let url = conn.url().ok_or("the item has no ws_url")?;
+    let mut last = conn.last_seq().unwrap_or(0);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let target = format!("{url}{sep}from={last}&fence={}", conn.fence());
+    let connected = tokio::select! {
+        biased;
+        _ = conn.cancelled() => return Ok(()),
+        c = tokio::time::timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(target)) => c,
+    };
+    let (ws, _) = connected.map_err(|_| "upstream connect timed out")??;
+    tracing::info!(connection_id = %conn.id(), fence = conn.fence(), from = last, "streaming");
+    let (mut tx, mut rx) = ws.split();
+    loop {
+        let incoming = tokio::select! {
+            biased;
+            _ = conn.cancelled() => {
+                let _ = tx.send(Message::Close(None)).await;
+                return Ok(());
+            }
+            incoming = rx.next() => incoming,
+        };
+        let text = match incoming {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(_))) | None => return Err("upstream closed the stream".into()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+        };
+        let msg: FeedMessage = serde_json::from_str(&text)?;
+        if msg.seq <= last {
+            continue;
+        }
+        if msg.seq != last + 1 {
+            return Err(format!("upstream skipped from {last} to {}", msg.seq).into());
+        }
+        conn.fenced_write(&ctx.client, vec![message_write(&ctx.messages_table, &msg, &conn, &ctx.worker_id)?]).await?;
+        conn.checkpoint(msg.seq).await?;
+        tx.send(Message::Text(serde_json::to_string(&Ack { ack: msg.seq })?)).await?;
+        last = msg.seq;
+    }
+}
+
+pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
+    let table = crate::ops::connect(args).await?;
+    let client = table.client().clone();
+    let store: Arc<dyn LeaseStore> = Arc::new(table);
+    let mut builder = Worker::builder(store)
+        .max_connections(w.max_connections)
+        .orphan_interval(Duration::from_millis(w.orphan_interval_ms))
+        .desired_state_interval(Duration::from_millis(w.desired_state_interval_ms))
+        .metrics_interval(Duration::from_millis(w.metrics_interval_ms));
+    let worker_id = w.worker_id.clone().unwrap_or_else(leaselock::worker::default_worker_id);
+    builder = builder.worker_id(&worker_id);
+    if let Some(queue_url) = &w.queue_url {
+        let sqs = aws_sdk_sqs::Client::new(&crate::ops::sdk_config().await);
+        builder = builder.hint_queue(sqs, queue_url);
+    }
+    let ctx = Arc::new(Context { client, messages_table: args.messages_table.clone(), worker_id });
+    let worker = builder.build(move |conn| stream(conn, ctx.clone()))?;
+    eprintln!("worker {}: running (max {} connections)", worker.worker_id(), w.max_connections);
+    let snapshot = worker.run().await;
+    eprintln!("worker {}: stopped, {}", snapshot.worker_id, serde_json::to_string(&snapshot).map_err(other)?);
+    Ok(())
+}
