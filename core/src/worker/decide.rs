@@ -179,6 +179,9 @@ pub fn after_renewal(lease: &Lease, config: &TableConfig) -> RenewStep {
     }
 }
 
+/// The shortest wait before a renewal is retried.
+pub const MIN_RETRY_MS: u64 = 10;
+
 /// The renewal failed with `err` on try `attempt` (0-based) at monotonic `now_mono_ms`.
 pub fn after_renewal_error(
     err: &Error,
@@ -191,7 +194,8 @@ pub fn after_renewal_error(
     if matches!(err, Error::Lost { .. } | Error::NotFound { .. }) {
         return RenewStep::Lost;
     }
-    let delay = backoff_ms(attempt, 100, (config.renew_ms() / 2).max(100), unit);
+    // A floor keeps a store that fails instantly from turning the retries into a busy loop.
+    let delay = backoff_ms(attempt, 100, (config.renew_ms() / 2).max(100), unit).max(MIN_RETRY_MS);
     if retry_fits(now_mono_ms, delay, deadline_mono_ms) {
         RenewStep::RetryAt(now_mono_ms + delay)
     } else {
@@ -317,6 +321,7 @@ mod tests {
         assert_eq!(after_renewal_error(&lost, 0, 0, 19_000, &c, 0.5), RenewStep::Lost);
         assert_eq!(after_renewal_error(&Error::Throttled, 0, 1_000, 19_000, &c, 0.5), RenewStep::RetryAt(1_050));
         assert_eq!(after_renewal_error(&Error::Throttled, 30, 1_000, 19_000, &c, 1.0), RenewStep::RetryAt(3_500));
+        assert_eq!(after_renewal_error(&Error::Throttled, 0, 1_000, 19_000, &c, 0.0), RenewStep::RetryAt(1_010));
         assert_eq!(after_renewal_error(&Error::Store("x".into()), 30, 18_000, 19_000, &c, 1.0), RenewStep::Deadline);
     }
 

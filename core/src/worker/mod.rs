@@ -210,7 +210,7 @@ impl WorkerBuilder {
 }
 
 /// host-pid-random: unique per process, and readable in the table.
-fn default_worker_id() -> String {
+pub fn default_worker_id() -> String {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     let host = if host.is_empty() { "worker".to_string() } else { host };
     format!("{host}-{}-{:06x}", std::process::id(), rand::random::<u32>() & 0xff_ffff)
