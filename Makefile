@@ -1,10 +1,14 @@
-# leaselock entry points. `make test` runs every test of the repository; `make demo` the local demo.
+# leaselock entry points.
+#   make test   every test of the repository (installs what is missing, starts and stops services)
+#   make demo   the local fleet demo
 SHELL := /bin/bash
 CARGO ?= cargo
+# The fleet test gets a local engine of its own, so load from other tests cannot slow it.
+FLEET_PORT ?= 4576
 
-.PHONY: test test-rust lint services services-stop bench demo
+.PHONY: test test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
 
-test: lint test-rust
+test: lint test-rust test-fleet test-lambdas test-infra
 
 lint:
 	$(CARGO) fmt --all --check
@@ -14,8 +18,26 @@ lint:
 test-rust:
 	scripts/with-services.sh $(CARGO) test --workspace
 
+test-fleet:
+	$(CARGO) build -q -p leaselock-cli
+	MOTO_PORT=$(FLEET_PORT) scripts/with-services.sh tests/fleet.sh
+
+test-lambdas:
+	lambdas/test.sh
+
+test-infra:
+	scripts/install-infra-tools.sh
+	infra/test.sh
+
 services:
 	scripts/services.sh start
 
 services-stop:
 	scripts/services.sh stop
+
+demo:
+	$(CARGO) build --release -q -p leaselock-cli
+	scripts/with-services.sh target/release/leaselock demo
+
+bench:
+	$(CARGO) bench -p leaselock-lambdas
