@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${MOTO_PORT:-4566}"
 STATE=.services
-PIDFILE="$STATE/moto.pid"
+PIDFILE="$STATE/moto-$PORT.pid"
 URL="http://127.0.0.1:$PORT"
 
 answers() { curl -fs -o /dev/null --max-time 1 "$URL/moto-api/" 2>/dev/null; }
@@ -29,14 +29,14 @@ start() {
   install
   mkdir -p "$STATE"
   echo "services: starting moto on $URL"
-  nohup .venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$STATE/moto.log" 2>&1 &
+  nohup .venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$STATE/moto-$PORT.log" 2>&1 &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 150); do
     if answers; then
       echo "services: moto ready (pid $(cat "$PIDFILE"))"
       return 0
     fi
-    ours || { echo "services: moto exited; log follows" >&2; cat "$STATE/moto.log" >&2; return 1; }
+    ours || { echo "services: moto exited; log follows" >&2; cat "$STATE/moto-$PORT.log" >&2; return 1; }
     sleep 0.2
   done
   echo "services: moto did not answer on $URL within 30 s" >&2
