@@ -30,9 +30,23 @@ pub fn memory_store(config: TableConfig) -> MemoryStore {
     MemoryStore::new(config, Arc::new(TokioClock::new(EPOCH_MS))).unwrap()
 }
 
-/// Another worker's view of the same items, its wall clock `offset_ms` off.
+/// Another worker's view of the same items, its wall clock `offset_ms` off `store`'s.
 pub fn skewed(store: &MemoryStore, offset_ms: i64) -> MemoryStore {
-    store.with_clock(Arc::new(SkewedClock { inner: TokioClock::new(EPOCH_MS), offset_ms }))
+    store.with_clock(Arc::new(SkewedClock { inner: ClockOf(store.clone()), offset_ms }))
+}
+
+/// The clock a store sees time through.
+#[derive(Debug)]
+pub struct ClockOf(pub MemoryStore);
+
+impl Clock for ClockOf {
+    fn now_ms(&self) -> u64 {
+        self.0.clock().now_ms()
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.0.clock().monotonic_ms()
+    }
 }
 
 pub async fn start_items(store: &dyn LeaseStore, prefix: &str, n: usize) -> Vec<String> {
