@@ -1,0 +1,211 @@
+//! The worker against the local AWS engine: SQS hints get work claimed without waiting for the
+//! orphan poll, and fenced writes are refused once the lease has changed hands.
+
+mod worker_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put, ScalarAttributeType,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use leaselock::worker::{BoxError, CancelReason, Connection, Worker};
+use leaselock::{fenced_put, Error, Hint, LeaseStore, LeaseTable, SkewedClock, SystemClock, TableConfig};
+use tokio::time::Instant;
+use worker_support::*;
+
+/// Messages still in the queue, visible or in flight.
+async fn queued(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    attrs.attributes().unwrap().values().map(|v| v.parse::<u64>().unwrap()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, TableConfig::new("x")).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue = sqs.create_queue().queue_name(unique("hints")).send().await.unwrap().queue_url.unwrap();
+    let worker = Worker::builder(Arc::new(table.clone()))
+        .orphan_interval(Duration::from_secs(600))
+        .hint_queue(sqs.clone(), &queue)
+        .metrics_writer(Lines::default())
+        .build(|conn: Connection| async move {
+            conn.cancelled().await;
+            Ok::<(), BoxError>(())
+        })
+        .unwrap();
+    let handle = worker.handle();
+    let task = tokio::spawn(worker.run_until(std::future::pending()));
+    // The first orphan poll has run (and found nothing): the next one is 10 minutes away.
+    wait_until(Duration::from_secs(10), "first orphan poll", || handle.snapshot().orphan_polls == 1).await;
+
+    table.start("s1", "wss://feed.example/s1").await.unwrap();
+    sqs.send_message().queue_url(&queue).message_body(Hint::new("s1").to_json()).send().await.unwrap();
+    let took = wait_until(Duration::from_secs(10), "s1 claimed", || handle.snapshot().held == ["s1"]).await;
+    eprintln!("hint to claim: {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+
+    // A hint for work someone else holds is a conflict; an unreadable one is dropped. Both are
+    // deleted: they were only hints.
+    table.start("s2", "wss://feed.example/s2").await.unwrap();
+    table.acquire("s2", "someone-else").await.unwrap();
+    sqs.send_message().queue_url(&queue).message_body(Hint::new("s2").to_json()).send().await.unwrap();
+    sqs.send_message().queue_url(&queue).message_body("not a hint").send().await.unwrap();
+    wait_until(Duration::from_secs(10), "hints handled", || {
+        let s = handle.snapshot();
+        s.hints_received == 3 && s.acquire_conflicts == 1
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(10);
+    while queued(&sqs, &queue).await > 0 {
+        assert!(Instant::now() < until, "hints must be deleted once handled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = handle.snapshot();
+    assert_eq!((s.held.clone(), s.orphan_polls, s.acquired), (vec!["s1".to_string()], 1, 1), "{s:?}");
+
+    // Shutdown interrupts the 20 s long poll in flight.
+    let t0 = Instant::now();
+    handle.shutdown();
+    let last = task.await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
+    assert_eq!(last.released, 1);
+    assert_eq!(table.get("s1").await.unwrap().unwrap().expires_at_ms, Some(0));
+}
+
+/// A table for the downstream writes, keyed by `pk`.
+async fn data_table(client: &aws_sdk_dynamodb::Client) -> String {
+    let name = unique("data");
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder().attribute_name("pk").attribute_type(ScalarAttributeType::S).build().unwrap(),
+        )
+        .key_schema(KeySchemaElement::builder().attribute_name("pk").key_type(KeyType::Hash).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    name
+}
+
+fn message(table: &str, id: &str, seq: u64, fence: u64) -> Put {
+    Put::builder()
+        .table_name(table)
+        .item("pk", AttributeValue::S(format!("{id}#{seq}")))
+        .item("seq", AttributeValue::N(seq.to_string()))
+        .item("fence", AttributeValue::N(fence.to_string()))
+        .build()
+        .unwrap()
+}
+
+async fn written(client: &aws_sdk_dynamodb::Client, table: &str, pk: &str) -> bool {
+    let out = client.get_item().table_name(table).key("pk", AttributeValue::S(pk.into())).consistent_read(true);
+    out.send().await.unwrap().item.is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_is_refused_after_a_takeover_and_after_a_release() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, TableConfig::new("x")).await;
+    let client = table.client().clone();
+    let data = data_table(&client).await;
+    let config = table.config().clone();
+    table.start("s1", "wss://feed.example/s1").await.unwrap();
+
+    let old = table.acquire("s1", "old-owner").await.unwrap();
+    fenced_put(&client, &config, &old, message(&data, "s1", 1, old.fence)).await.unwrap();
+    assert!(written(&client, &data, "s1#1").await);
+
+    // A worker whose clock is 25 s ahead takes over; the old owner, paused past its deadline,
+    // wakes up and tries to write.
+    let ahead = table.clone().with_clock(Arc::new(SkewedClock { inner: SystemClock, offset_ms: 25_000 }));
+    let new = ahead.acquire("s1", "new-owner").await.unwrap();
+    assert_eq!(new.fence, old.fence + 1);
+    let refused = fenced_put(&client, &config, &old, message(&data, "s1", 2, old.fence)).await;
+    assert!(matches!(refused, Err(Error::Lost { ref id }) if id == "s1"), "{refused:?}");
+    assert!(!written(&client, &data, "s1#2").await, "nothing written by the old owner");
+    fenced_put(&client, &config, &new, message(&data, "s1", 2, new.fence)).await.unwrap();
+    assert!(written(&client, &data, "s1#2").await);
+
+    // A failed condition of the write itself is not a lost lease.
+    let once = Put::builder()
+        .table_name(&data)
+        .item("pk", AttributeValue::S("s1#2".into()))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .unwrap();
+    let duplicate = fenced_put(&client, &config, &new, once).await;
+    assert!(matches!(&duplicate, Err(Error::Store(m)) if m.contains("fenced write 0")), "{duplicate:?}");
+
+    // After its own release the owner may not write either (the expiry is 0).
+    ahead.release(&new).await.unwrap();
+    let after_release = fenced_put(&client, &config, &new, message(&data, "s1", 3, new.fence)).await;
+    assert!(matches!(after_release, Err(Error::Lost { .. })), "{after_release:?}");
+    assert!(!written(&client, &data, "s1#3").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_fenced_writes_stop_at_the_takeover() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, TableConfig::new("x")).await;
+    let client = table.client().clone();
+    let data = data_table(&client).await;
+    table.start("s1", "wss://feed.example/s1").await.unwrap();
+
+    // (seq, outcome) of every write, and the reason the token fired.
+    let writes: Arc<Mutex<Vec<(u64, &'static str)>>> = Arc::default();
+    let reason: Arc<Mutex<Option<CancelReason>>> = Arc::default();
+    let (w, r, c, d) = (writes.clone(), reason.clone(), client.clone(), data.clone());
+    let worker = Worker::builder(Arc::new(table.clone()))
+        .metrics_writer(Lines::default())
+        .build(move |conn: Connection| {
+            let (writes, reason, client, data) = (w.clone(), r.clone(), c.clone(), d.clone());
+            async move {
+                let mut seq = conn.last_seq().unwrap_or(0);
+                while !conn.is_cancelled() {
+                    seq += 1;
+                    let outcome = match conn.fenced_put(&client, message(&data, conn.id(), seq, conn.fence())).await {
+                        Ok(()) => {
+                            conn.checkpoint(seq).await?;
+                            "ok"
+                        }
+                        Err(Error::Lost { .. }) => "lost",
+                        Err(e) => return Err(e),
+                    };
+                    writes.lock().unwrap().push((seq, outcome));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                *reason.lock().unwrap() = conn.cancel_reason();
+                Ok::<(), Error>(())
+            }
+        })
+        .unwrap();
+    let handle = worker.handle();
+    let _task = tokio::spawn(worker.run_until(std::future::pending()));
+    wait_until(Duration::from_secs(10), "5 writes", || writes.lock().unwrap().len() >= 5).await;
+
+    let ahead: LeaseTable = table.clone().with_clock(Arc::new(SkewedClock { inner: SystemClock, offset_ms: 25_000 }));
+    ahead.acquire("s1", "new-owner").await.unwrap();
+    let took = wait_until(Duration::from_secs(10), "handler stopped", || reason.lock().unwrap().is_some()).await;
+    assert!(took < Duration::from_secs(1), "the next write (every 50 ms) sees it: {took:?}");
+    assert_eq!(*reason.lock().unwrap(), Some(CancelReason::Lost));
+
+    let writes = writes.lock().unwrap().clone();
+    let (last_ok, _) = *writes.iter().rev().find(|(_, o)| *o == "ok").unwrap();
+    assert_eq!(writes.last().unwrap(), &(last_ok + 1, "lost"), "{writes:?}");
+    assert!(!written(&client, &data, &format!("s1#{}", last_ok + 1)).await);
+    let item = table.get("s1").await.unwrap().unwrap();
+    assert_eq!((item.owner.as_deref(), item.last_seq), (Some("new-owner"), Some(last_ok)));
+    wait_until(Duration::from_secs(5), "lost counted", || handle.snapshot().leases_lost == 1).await;
+}
