@@ -112,6 +112,36 @@ async fn stop_reaches_the_owner_within_one_desired_state_interval_and_releases()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_renewal_that_reads_stopped_cancels_and_releases() {
+    // Renewals every second; the batched check only once a minute.
+    let base = memory_store(short_config());
+    start_items(&base, "s", 1).await;
+    let log = Log::default();
+    let s = base.clone();
+    let l = log.clone();
+    let (handle, _task) = Worker::builder(Arc::new(base.clone()))
+        .desired_state_interval(Duration::from_secs(60))
+        .metrics_writer(Lines::default())
+        .build(move |conn| {
+            let (log, s) = (l.clone(), s.clone());
+            async move {
+                wait_cancelled(&conn, &s, &log).await;
+                Ok::<(), BoxError>(())
+            }
+        })
+        .unwrap()
+        .spawn();
+    wait_until(Duration::from_secs(3), "held", || handle.snapshot().held.len() == 1).await;
+    tokio::time::sleep(Duration::from_millis(2_400)).await;
+    base.stop("s00").await.unwrap();
+    let took = wait_until(Duration::from_secs(5), "cancelled", || !cancellations(&log, "s00").is_empty()).await;
+    assert!(took <= Duration::from_secs(1), "the next renewal sees it: {took:?}");
+    assert_eq!(cancellations(&log, "s00")[0].reason, Some(CancelReason::Stopped));
+    wait_until(Duration::from_secs(1), "released", || handle.snapshot().released == 1).await;
+    assert_eq!(base.get("s00").await.unwrap().unwrap().expires_at_ms, Some(0));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lease_taken_by_another_owner_cancels_the_handler_before_its_deadline() {
     let base = memory_store(default_config());
     start_items(&base, "s", 1).await;

@@ -63,6 +63,19 @@ async fn two_workers_never_run_the_same_id_at_once() {
     // 40 s of churn: handlers give work back at random, work is stopped and restarted, and every
     // 8 s one worker is cut off from the store for 4 s (longer than a lease), so its leases run
     // into their deadlines while the other worker waits for them to expire and takes over.
+    // Every 10 ms: no id is held by both workers.
+    let (ha, hb) = (a.handle.clone(), b.handle.clone());
+    let checker = tokio::spawn(async move {
+        let mut both = Vec::new();
+        let mut checks = 0u32;
+        while checks < 4_000 {
+            let (held_a, held_b) = (ha.held_ids(), hb.held_ids());
+            both.extend(held_a.into_iter().filter(|id| held_b.contains(id)));
+            checks += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        both
+    });
     let start = tokio::time::Instant::now();
     let mut stopped: Vec<String> = Vec::new();
     let mut tick = 0u32;
@@ -90,6 +103,7 @@ async fn two_workers_never_run_the_same_id_at_once() {
     }
 
     assert_eq!(tracker.violations(), Vec::<String>::new());
+    assert_eq!(checker.await.unwrap(), Vec::<String>::new(), "held by both workers at once");
     assert!(tracker.entries() > 60, "too little churn to mean anything: {} handler runs", tracker.entries());
     assert!(deadlines >= 5, "partitions must have cost leases: {deadlines}");
     let (sa, sb) = (a.handle.snapshot(), b.handle.snapshot());

@@ -482,6 +482,13 @@ impl Worker {
         WorkerHandle { inner: self.inner.clone() }
     }
 
+    /// Runs the worker on a task of its own until [`WorkerHandle::shutdown`]; the task returns
+    /// the final snapshot. Aborting the task is a crash (see [`Worker::run_until`]).
+    pub fn spawn(self) -> (WorkerHandle, tokio::task::JoinHandle<WorkerSnapshot>) {
+        let handle = self.handle();
+        (handle, tokio::spawn(self.run_until(std::future::pending())))
+    }
+
     /// Runs until SIGTERM or SIGINT, then shuts down cleanly.
     pub async fn run(self) -> WorkerSnapshot {
         self.run_until(shutdown_signal()).await
