@@ -101,6 +101,7 @@ pub struct WorkerBuilder {
     worker_id: Option<String>,
     settings: Settings,
     hints: Option<HintQueue>,
+    hint_wait: Duration,
     metrics_writer: Option<Box<dyn Write + Send>>,
 }
 
@@ -153,22 +154,23 @@ impl WorkerBuilder {
         self
     }
 
-    /// The long-poll wait of the hint queue (at most 20 s).
+    /// The long-poll wait of the hint queue (default and most 20 s).
     pub fn hint_wait(mut self, d: Duration) -> Self {
-        if let Some(h) = &mut self.hints {
-            h.wait = d;
-        }
+        self.hint_wait = d;
         self
     }
 
     /// Builds the worker with `handler`, called once per claimed lease. The handler's return
     /// (`Ok` or `Err`) releases the lease; so does a panic, which does not stop the worker.
-    pub fn build<H, Fut, E>(self, handler: H) -> Result<Worker>
+    pub fn build<H, Fut, E>(mut self, handler: H) -> Result<Worker>
     where
         H: Fn(Connection) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
+        if let Some(h) = &mut self.hints {
+            h.wait = self.hint_wait;
+        }
         let s = &self.settings;
         let invalid = |msg: &str| Err(Error::InvalidInput(msg.to_string()));
         if s.max_connections == 0 {
@@ -470,6 +472,7 @@ impl Worker {
                 handler_grace: DEFAULT_HANDLER_GRACE,
             },
             hints: None,
+            hint_wait: DEFAULT_HINT_WAIT,
             metrics_writer: None,
         }
     }
@@ -574,4 +577,41 @@ pub async fn shutdown_signal() {
     }
     let _ = tokio::signal::ctrl_c().await;
     info!(signal = "SIGINT", "shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, MemoryStore, TableConfig};
+
+    fn store() -> Arc<dyn LeaseStore> {
+        Arc::new(MemoryStore::new(TableConfig::default(), Arc::new(ManualClock::new(0))).unwrap())
+    }
+
+    fn build(b: WorkerBuilder) -> Result<Worker> {
+        b.build(|_conn| async { Ok::<(), BoxError>(()) })
+    }
+
+    #[test]
+    fn bad_settings_name_the_knob() {
+        let err = |b: WorkerBuilder| build(b).unwrap_err().to_string();
+        assert!(err(Worker::builder(store()).max_connections(0)).contains("max_connections"));
+        assert!(err(Worker::builder(store()).orphan_interval(Duration::ZERO)).contains("orphan_interval"));
+        assert!(err(Worker::builder(store()).worker_id("")).contains("worker_id"));
+        let sdk =
+            aws_sdk_sqs::Config::builder().behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest()).build();
+        let sqs = aws_sdk_sqs::Client::from_conf(sdk);
+        let long = Worker::builder(store()).hint_wait(Duration::from_secs(21)).hint_queue(sqs, "https://q.example/1");
+        assert!(err(long).contains("hint_wait"));
+    }
+
+    #[test]
+    fn default_worker_ids_are_unique_and_readable() {
+        let (a, b) = (default_worker_id(), default_worker_id());
+        assert_ne!(a, b);
+        assert!(a.contains(&format!("-{}-", std::process::id())), "{a}");
+        let w = build(Worker::builder(store())).unwrap();
+        assert!(w.worker_id().contains(&std::process::id().to_string()));
+        assert_eq!(w.handle().snapshot().max_connections, DEFAULT_MAX_CONNECTIONS);
+    }
 }
