@@ -46,13 +46,17 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
     let conn = Connection::new(held.clone(), store.clone(), &lease);
     let mut handler = AbortOnDrop(tokio::spawn((inner.handler)(conn)));
 
-    let ended = wait_for_handler(&mut handler.0, &held, inner.settings.handler_grace);
-    let renewing = renew_until_lost(&inner, &held);
-    tokio::pin!(ended, renewing);
-    let end = tokio::select! {
-        end = &mut ended => end,
-        // The lease is gone (the token has fired); the handler still has to stop.
-        () = &mut renewing => ended.await,
+    // The block drops the renewal future before the release below: a renewal suspended in
+    // the middle of a request holds the lease's lock.
+    let end = {
+        let ended = wait_for_handler(&mut handler.0, &held, inner.settings.handler_grace);
+        let renewing = renew_until_lost(&inner, &held);
+        tokio::pin!(ended, renewing);
+        tokio::select! {
+            end = &mut ended => end,
+            // The lease is gone (the token has fired); the handler still has to stop.
+            () = &mut renewing => ended.await,
+        }
     };
     let reason = held.cancel.reason();
     let id = held.id.as_str();
