@@ -32,6 +32,9 @@ pub struct WorkerArgs {
     /// Batched desired-state check interval, ms.
     #[arg(long, env = "LEASELOCK_DESIRED_STATE_INTERVAL_MS", default_value_t = 10_000)]
     pub desired_state_interval_ms: u64,
+    /// CloudWatch namespace of the metrics.
+    #[arg(long, env = "LEASELOCK_METRICS_NAMESPACE", default_value = leaselock::metrics::NAMESPACE)]
+    pub metrics_namespace: String,
     /// Metrics (CloudWatch EMF lines on stdout) interval, ms.
     #[arg(long, env = "LEASELOCK_METRICS_INTERVAL_MS", default_value_t = 60_000)]
     pub metrics_interval_ms: u64,
@@ -123,7 +126,8 @@ pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
         .max_connections(w.max_connections)
         .orphan_interval(Duration::from_millis(w.orphan_interval_ms))
         .desired_state_interval(Duration::from_millis(w.desired_state_interval_ms))
-        .metrics_interval(Duration::from_millis(w.metrics_interval_ms));
+        .metrics_interval(Duration::from_millis(w.metrics_interval_ms))
+        .metrics_namespace(&w.metrics_namespace);
     let worker_id = w.worker_id.clone().unwrap_or_else(leaselock::worker::default_worker_id);
     builder = builder.worker_id(&worker_id);
     if let Some(queue_url) = &w.queue_url {

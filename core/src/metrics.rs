@@ -25,7 +25,9 @@ impl Unit {
     }
 }
 
-/// One EMF record: a namespace, one dimension set and the metrics measured under it.
+/// One EMF record: a namespace, dimensions and the metrics measured under them. The metrics are
+/// published under every leading run of the dimensions (`[Service]`, `[Service, WorkerId]`, ...),
+/// so dashboards and scaling policies can read the fleet-wide roll-up as well as each worker.
 ///
 /// ```
 /// use leaselock::metrics::Emf;
@@ -78,14 +80,15 @@ impl Emf {
         let mut root = Map::new();
         let definitions: Vec<Value> =
             self.metrics.iter().map(|(name, unit, _)| json!({"Name": name, "Unit": unit.as_str()})).collect();
-        let dimension_names: Vec<&str> = self.dimensions.iter().map(|(k, _)| k.as_str()).collect();
+        let names: Vec<&str> = self.dimensions.iter().map(|(k, _)| k.as_str()).collect();
+        let dimension_sets: Vec<&[&str]> = (1..=names.len()).map(|n| &names[..n]).collect();
         root.insert(
             "_aws".into(),
             json!({
                 "Timestamp": timestamp_ms,
                 "CloudWatchMetrics": [{
                     "Namespace": self.namespace,
-                    "Dimensions": [dimension_names],
+                    "Dimensions": dimension_sets,
                     "Metrics": definitions,
                 }],
             }),
@@ -132,7 +135,7 @@ mod tests {
         assert_eq!(meta["Timestamp"], 42);
         let cw = &meta["CloudWatchMetrics"][0];
         assert_eq!(cw["Namespace"], "leaselock");
-        assert_eq!(cw["Dimensions"], json!([["Service", "WorkerId"]]));
+        assert_eq!(cw["Dimensions"], json!([["Service"], ["Service", "WorkerId"]]));
         assert_eq!(cw["Metrics"], json!([{"Name": "ActiveConnections", "Unit": "Count"}]));
         assert_eq!((v["Service"].as_str(), v["WorkerId"].as_str()), (Some("worker"), Some("w1")));
         assert_eq!(v["ActiveConnections"], 5);

@@ -37,6 +37,7 @@ async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
     let worker = Worker::builder(Arc::new(table.clone()))
         .orphan_interval(Duration::from_secs(600))
         .hint_queue(sqs.clone(), &queue)
+        .hint_wait(Duration::from_secs(1))
         .metrics_writer(Lines::default())
         .build(|conn: Connection| async move {
             conn.cancelled().await;
@@ -75,13 +76,58 @@ async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
     let s = handle.snapshot();
     assert_eq!((s.held.clone(), s.orphan_polls, s.acquired), (vec!["s1".to_string()], 1, 1), "{s:?}");
 
-    // Shutdown interrupts the 20 s long poll in flight.
+    // Shutdown lets the long poll in flight run out (never abandons it) and so takes at most
+    // about the hint wait.
     let t0 = Instant::now();
     handle.shutdown();
     let last = task.await.unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(3), "shutdown took {:?}", t0.elapsed());
     assert_eq!(last.released, 1);
     assert_eq!(table.get("s1").await.unwrap().unwrap().expires_at_ms, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, TableConfig::new("x")).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue = sqs.create_queue().queue_name(unique("handover")).send().await.unwrap().queue_url.unwrap();
+    let ids = start_items(&table, "h", 6).await;
+    let worker = |name: &str| {
+        Worker::builder(Arc::new(table.clone()))
+            .worker_id(name)
+            .orphan_interval(Duration::from_secs(600))
+            .hint_queue(sqs.clone(), &queue)
+            .metrics_writer(Lines::default())
+            .build(|conn: Connection| async move {
+                conn.cancelled().await;
+                Ok::<(), BoxError>(())
+            })
+            .unwrap()
+    };
+    let leaving = worker("leaving");
+    let leaving_handle = leaving.handle();
+    let leaving_task = tokio::spawn(leaving.run_until(std::future::pending()));
+    wait_until(Duration::from_secs(10), "all claimed", || leaving_handle.snapshot().held.len() == ids.len()).await;
+
+    // The successor's only orphan poll runs now and finds nothing: everything is held.
+    let staying = worker("staying");
+    let staying_handle = staying.handle();
+    let staying_task = tokio::spawn(staying.run_until(std::future::pending()));
+    wait_until(Duration::from_secs(10), "first orphan poll", || staying_handle.snapshot().orphan_polls == 1).await;
+
+    let t0 = Instant::now();
+    leaving_handle.shutdown();
+    assert_eq!(leaving_task.await.unwrap().released, ids.len() as u64);
+    wait_until(Duration::from_secs(5), "hinted work claimed", || staying_handle.snapshot().held.len() == ids.len())
+        .await;
+    let took = t0.elapsed();
+    eprintln!("shutdown to every lease claimed by the successor: {took:?}");
+    assert!(took < Duration::from_secs(2), "hand-over took {took:?}");
+    let s = staying_handle.snapshot();
+    assert_eq!((s.orphan_polls, s.hints_received), (1, ids.len() as u64), "claimed through hints: {s:?}");
+    staying_handle.shutdown();
+    staying_task.await.unwrap();
 }
 
 /// A table for the downstream writes, keyed by `pk`.

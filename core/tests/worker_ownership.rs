@@ -173,7 +173,11 @@ async fn metrics_lines_are_emf_with_deltas() {
     assert_eq!((first["Service"].as_str(), first["WorkerId"].as_str()), (Some("worker"), Some("metrics-worker")));
     let cw = &first["_aws"]["CloudWatchMetrics"][0];
     assert_eq!(cw["Namespace"], "leaselock");
-    assert_eq!(cw["Dimensions"][0], serde_json::json!(["Service", "WorkerId"]));
+    assert_eq!(
+        cw["Dimensions"],
+        serde_json::json!([["Service"], ["Service", "WorkerId"]]),
+        "fleet roll-up and per worker"
+    );
     // Renewals every second: latency samples show up as a values array.
     let renewals: usize = lines.iter().filter_map(|l| l["RenewLatency"].as_array()).map(|a| a.len()).sum();
     assert!(renewals >= 6, "3 leases renewed at 1 s and 2 s at least: {renewals}");

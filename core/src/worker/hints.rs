@@ -23,16 +23,17 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             permit = inner.permits.clone().acquire_owned() => permit,
         };
         drop(room);
-        let received = tokio::select! {
-            () = inner.shutdown.cancelled() => return,
-            received = queue
-                .client
-                .receive_message()
-                .queue_url(&queue.queue_url)
-                .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
-                .wait_time_seconds(queue.wait.as_secs() as i32)
-                .send() => received,
-        };
+        // A long poll is never abandoned: SQS may still hand messages to a poll whose client
+        // has gone, and they then stay invisible for the whole visibility timeout. At shutdown
+        // the poll runs out (at most `wait`) and what it brings is given back at once.
+        let received = queue
+            .client
+            .receive_message()
+            .queue_url(&queue.queue_url)
+            .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
+            .wait_time_seconds(queue.wait.as_secs() as i32)
+            .send()
+            .await;
         let messages = match received {
             Ok(out) => {
                 failures = 0;
@@ -116,5 +117,18 @@ async fn settle(queue: &HintQueue, outcomes: Vec<(Message, Claim)>) {
         if let Err(e) = sent {
             warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hint give-back failed");
         }
+    }
+}
+
+/// Hints work this worker released on shutdown, so another worker claims it at once instead
+/// of at its next orphan poll. Best effort: the orphan index finds whatever a lost hint leaves.
+pub(crate) async fn hand_over(queue: &HintQueue, id: &str) {
+    let sent = queue.client.send_message().queue_url(&queue.queue_url).message_body(Hint::new(id).to_json()).send();
+    match tokio::time::timeout(Duration::from_secs(2), sent).await {
+        Ok(Ok(_)) => debug!(connection_id = %id, "released work hinted to the fleet"),
+        Ok(Err(e)) => {
+            warn!(connection_id = %id, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hand-over hint failed")
+        }
+        Err(_) => warn!(connection_id = %id, "hand-over hint timed out"),
     }
 }

@@ -10,7 +10,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::connection::{Connection, Held};
-use super::decide::{after_renewal, after_renewal_error, counts_as_lost, should_release, CancelReason, RenewStep};
+use super::decide::{
+    after_renewal, after_renewal_error, counts_as_lost, is_fleet_work, should_release, CancelReason, RenewStep,
+};
 use super::Inner;
 use crate::{Error, LeaseStore};
 
@@ -84,6 +86,11 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
             Ok(()) => {
                 inner.counters.add(&inner.counters.released, 1);
                 info!(connection_id = %id, fence = lease.fence, reason = ?reason, "released");
+                if let Some(queue) = inner.hand_over.as_ref().filter(|_| reason == Some(CancelReason::Shutdown)) {
+                    if is_fleet_work(&lease) {
+                        super::hints::hand_over(queue, id).await;
+                    }
+                }
             }
             Err(Error::Lost { .. }) => debug!(connection_id = %id, "already taken over; nothing to release"),
             Err(e) => warn!(connection_id = %id, error = %e, "release failed; the lease will expire"),

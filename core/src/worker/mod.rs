@@ -73,8 +73,10 @@ pub const DEFAULT_ORPHAN_INTERVAL: Duration = Duration::from_secs(2);
 pub const DEFAULT_DESIRED_STATE_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_HANDLER_GRACE: Duration = Duration::from_secs(5);
+/// The hint queue's long-poll wait; a shutdown waits for the poll in flight, so keep it short.
+pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(5);
 /// SQS's longest long poll.
-pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(20);
+pub const MAX_HINT_WAIT: Duration = Duration::from_secs(20);
 
 /// Where START hints arrive.
 #[derive(Debug, Clone)]
@@ -103,6 +105,7 @@ pub struct WorkerBuilder {
     hints: Option<HintQueue>,
     hint_wait: Duration,
     metrics_writer: Option<Box<dyn Write + Send>>,
+    metrics_namespace: String,
 }
 
 impl WorkerBuilder {
@@ -133,6 +136,12 @@ impl WorkerBuilder {
     /// How often to print a metrics line (default 60 s).
     pub fn metrics_interval(mut self, d: Duration) -> Self {
         self.settings.metrics_interval = d;
+        self
+    }
+
+    /// The CloudWatch namespace of the metrics (default `leaselock`).
+    pub fn metrics_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.metrics_namespace = namespace.into();
         self
     }
 
@@ -180,7 +189,7 @@ impl WorkerBuilder {
             return invalid("orphan_interval, desired_state_interval, metrics_interval: must be greater than zero");
         }
         if let Some(h) = &self.hints {
-            if h.wait > DEFAULT_HINT_WAIT {
+            if h.wait > MAX_HINT_WAIT {
                 return invalid("hint_wait: at most 20 s");
             }
             if h.queue_url.is_empty() {
@@ -205,9 +214,15 @@ impl WorkerBuilder {
             shutdown: CancellationToken::new(),
             finished: CancellationToken::new(),
             new_leases,
+            hand_over: self.hints.clone(),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
-        Ok(Worker { inner, new_leases: new_leases_rx, hints: self.hints, reporter: Reporter::new(writer) })
+        Ok(Worker {
+            inner,
+            new_leases: new_leases_rx,
+            hints: self.hints,
+            reporter: Reporter::new(self.metrics_namespace, writer),
+        })
     }
 }
 
@@ -260,6 +275,8 @@ pub(crate) struct Inner {
     /// Fires when `run_until` has returned.
     finished: CancellationToken,
     new_leases: mpsc::UnboundedSender<NewLease>,
+    /// Where running work released on shutdown is hinted, so the fleet claims it at once.
+    pub(crate) hand_over: Option<HintQueue>,
 }
 
 impl Inner {
@@ -474,6 +491,7 @@ impl Worker {
             hints: None,
             hint_wait: DEFAULT_HINT_WAIT,
             metrics_writer: None,
+            metrics_namespace: crate::metrics::NAMESPACE.to_string(),
         }
     }
 

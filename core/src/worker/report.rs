@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::Inner;
-use crate::metrics::{Emf, NAMESPACE};
+use crate::metrics::Emf;
 
 /// Renewal latencies kept between two metrics lines (about 700 leases x 12 renewals a minute).
 const MAX_LATENCY_SAMPLES: usize = 20_000;
@@ -78,11 +78,12 @@ impl Counters {
 pub(crate) struct Reporter {
     writer: Mutex<Box<dyn Write + Send>>,
     last: Mutex<Totals>,
+    namespace: String,
 }
 
 impl Reporter {
-    pub(crate) fn new(writer: Box<dyn Write + Send>) -> Self {
-        Self { writer: Mutex::new(writer), last: Mutex::default() }
+    pub(crate) fn new(namespace: String, writer: Box<dyn Write + Send>) -> Self {
+        Self { namespace, writer: Mutex::new(writer), last: Mutex::default() }
     }
 
     /// One line with the deltas since the previous one.
@@ -93,7 +94,7 @@ impl Reporter {
             let before = std::mem::replace(&mut *last, now);
             move |f: fn(&Totals) -> u64| f(&now).saturating_sub(f(&before))
         };
-        let line = Emf::new(NAMESPACE)
+        let line = Emf::new(&self.namespace)
             .dimension("Service", "worker")
             .dimension("WorkerId", inner.id.as_str())
             .count("ActiveConnections", inner.held().len() as u64)
