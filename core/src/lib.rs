@@ -55,3 +55,8 @@ pub use memory::MemoryStore;
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};
+
+/// The README's Rust examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "dynamodb"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
