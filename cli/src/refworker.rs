@@ -1,6 +1,6 @@
 //! The reference worker: owns leased streams, connects to each `ws_url`, resumes after
-//! `last_seq`, writes every message to the messages table with a fenced write, checkpoints,
-//! and acknowledges the message upstream.
+//! `last_seq`, writes every message to the messages table together with the checkpoint in one
+//! fenced transaction, and acknowledges the message upstream.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -111,8 +111,9 @@ async fn stream(conn: Connection, ctx: Arc<Context>) -> Result<(), BoxError> {
         if msg.seq != last + 1 {
             return Err(format!("upstream skipped from {last} to {}", msg.seq).into());
         }
-        conn.fenced_write(&ctx.client, vec![message_write(&ctx.messages_table, &msg, &conn, &ctx.worker_id)?]).await?;
-        conn.checkpoint(msg.seq).await?;
+        // The message and the checkpoint land together under the lease, or not at all.
+        let write = message_write(&ctx.messages_table, &msg, &conn, &ctx.worker_id)?;
+        conn.fenced_write_with_checkpoint(&ctx.client, msg.seq, vec![write]).await?;
         tx.send(Message::Text(serde_json::to_string(&Ack { ack: msg.seq })?)).await?;
         last = msg.seq;
     }

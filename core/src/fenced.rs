@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use aws_sdk_dynamodb::Client;
 use tracing::debug;
 
@@ -69,11 +71,65 @@ pub async fn fenced_write(
     now_ms: u64,
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
+    let check = TransactWriteItem::builder().condition_check(lease_condition(config, lease, now_ms)?).build();
+    transact(client, config, lease, check, writes).await
+}
+
+/// The lease action of a checkpointing write: sets `last_seq = seq` on the lease item under the
+/// lease check's condition, and only forward.
+pub fn checkpoint_update(config: &TableConfig, lease: &Lease, now_ms: u64, seq: u64) -> Result<Update> {
+    let a = &config.attributes;
+    Update::builder()
+        .table_name(&config.table_name)
+        .set_key(Some(HashMap::from([(a.id.clone(), AttributeValue::S(config.key(&lease.id)))])))
+        .update_expression("SET #seq = :seq")
+        .condition_expression(
+            "#owner = :me AND #fence = :fence AND #exp > :now AND (attribute_not_exists(#seq) OR #seq < :seq)",
+        )
+        .expression_attribute_names("#owner", &a.owner)
+        .expression_attribute_names("#fence", &a.fence)
+        .expression_attribute_names("#exp", &a.expires_at_ms)
+        .expression_attribute_names("#seq", &a.last_seq)
+        .expression_attribute_values(":me", AttributeValue::S(lease.owner.clone()))
+        .expression_attribute_values(":fence", AttributeValue::N(lease.fence.to_string()))
+        .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+        .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(|e| Error::InvalidInput(e.to_string()))
+}
+
+/// Applies `writes` and the checkpoint `seq` in one transaction under the lease: the output and
+/// the resume point move together, so a takeover neither loses nor repeats a message. `Lost`
+/// when the lease is no longer ours; `SeqNotIncreasing` when `seq` is not past `last_seq`.
+pub async fn fenced_write_with_checkpoint(
+    client: &Client,
+    config: &TableConfig,
+    lease: &Lease,
+    now_ms: u64,
+    seq: u64,
+    writes: Vec<TransactWriteItem>,
+) -> Result<()> {
+    let update = TransactWriteItem::builder().update(checkpoint_update(config, lease, now_ms, seq)?).build();
+    transact(client, config, lease, update, writes).await.map_err(|e| match e {
+        Error::SeqNotIncreasing { id, last_seq, .. } => Error::SeqNotIncreasing { id, last_seq, seq },
+        e => e,
+    })
+}
+
+/// One TransactWriteItems: the lease action first, then `writes`.
+async fn transact(
+    client: &Client,
+    config: &TableConfig,
+    lease: &Lease,
+    lease_action: TransactWriteItem,
+    writes: Vec<TransactWriteItem>,
+) -> Result<()> {
     if writes.is_empty() || writes.len() > MAX_FENCED_WRITES {
         return Err(Error::InvalidInput(format!("writes: 1 to {MAX_FENCED_WRITES} actions, got {}", writes.len())));
     }
     let mut items = Vec::with_capacity(writes.len() + 1);
-    items.push(TransactWriteItem::builder().condition_check(lease_condition(config, lease, now_ms)?).build());
+    items.push(lease_action);
     items.extend(writes);
     let token = format!("{:032x}", rand::random::<u128>());
     let until = tokio::time::Instant::now() + config.renew_interval;
@@ -87,7 +143,7 @@ pub async fn fenced_write(
             .await;
         let retry = match sent {
             Ok(_) => return Ok(()),
-            Err(e) => match classify(&lease.id, e) {
+            Err(e) => match classify(config, lease, e) {
                 Verdict::Retry(msg) => msg,
                 Verdict::Fail(err) => return Err(err),
             },
@@ -118,6 +174,26 @@ impl crate::worker::Connection {
         let result = fenced_write(client, store.config(), &lease, store.clock().now_ms(), writes).await;
         self.note(result)
     }
+
+    /// [`fenced_write_with_checkpoint`] with this connection's current lease: `writes` and the
+    /// checkpoint `seq` land together or not at all.
+    pub async fn fenced_write_with_checkpoint(
+        &self,
+        client: &Client,
+        seq: u64,
+        writes: Vec<TransactWriteItem>,
+    ) -> Result<()> {
+        self.ensure_may_act()?;
+        // Held across the write so a renewal cannot replace the lease under the new last_seq.
+        let mut lease = self.lease_guard().await;
+        let store = self.store();
+        let result =
+            fenced_write_with_checkpoint(client, store.config(), &lease, store.clock().now_ms(), seq, writes).await;
+        if result.is_ok() {
+            lease.last_seq = Some(seq);
+        }
+        self.note(result)
+    }
 }
 
 enum Verdict {
@@ -126,7 +202,7 @@ enum Verdict {
 }
 
 /// Throttling and conflicts are worth another try; a failed lease check means the lease is gone.
-fn classify<R>(id: &str, err: SdkError<TransactWriteItemsError, R>) -> Verdict
+fn classify<R>(config: &TableConfig, lease: &Lease, err: SdkError<TransactWriteItemsError, R>) -> Verdict
 where
     R: std::fmt::Debug,
 {
@@ -148,7 +224,22 @@ where
             let codes: Vec<&str> =
                 cancelled.cancellation_reasons().iter().map(|r| r.code().unwrap_or("None")).collect();
             match cancellation_verdict(&codes) {
-                Cancelled::LeaseLost => Verdict::Fail(Error::Lost { id: id.to_string() }),
+                Cancelled::LeaseLost => {
+                    // A checkpointing write returns the old lease item: still ours means the
+                    // sequence number was the condition that failed.
+                    let old = cancelled.cancellation_reasons().first().and_then(|r| r.item());
+                    let field =
+                        |name: &str| old.and_then(|o| o.get(name)).and_then(|v| v.as_n().ok().or(v.as_s().ok()));
+                    let a = &config.attributes;
+                    let ours =
+                        field(&a.owner) == Some(&lease.owner) && field(&a.fence) == Some(&lease.fence.to_string());
+                    match field(&a.last_seq).and_then(|s| s.parse().ok()).filter(|_| ours) {
+                        Some(last_seq) => {
+                            Verdict::Fail(Error::SeqNotIncreasing { id: lease.id.clone(), last_seq, seq: 0 })
+                        }
+                        None => Verdict::Fail(Error::Lost { id: lease.id.clone() }),
+                    }
+                }
                 Cancelled::WriteCondition(i) => {
                     Verdict::Fail(Error::Store(format!("fenced write {i}: its own condition failed")))
                 }

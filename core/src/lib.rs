@@ -48,7 +48,7 @@ pub use config::{Attributes, TableConfig};
 pub use dynamo::LeaseTable;
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
-pub use fenced::{fenced_put, fenced_write};
+pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
 pub use lease::{DesiredState, Lease, LeaseItem};
 pub use memory::MemoryStore;

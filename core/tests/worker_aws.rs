@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put, ScalarAttributeType,
+    TransactWriteItem,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use leaselock::worker::{BoxError, CancelReason, Connection, Worker};
-use leaselock::{fenced_put, Error, Hint, LeaseStore, LeaseTable, SkewedClock, SystemClock, TableConfig};
+use leaselock::{
+    fenced_put, fenced_write_with_checkpoint, Clock, Error, Hint, LeaseStore, LeaseTable, SkewedClock, SystemClock,
+    TableConfig,
+};
 use tokio::time::Instant;
 use worker_support::*;
 
@@ -256,4 +260,42 @@ async fn a_handlers_fenced_writes_stop_at_the_takeover() {
     let item = table.get("s1").await.unwrap().unwrap();
     assert_eq!((item.owner.as_deref(), item.last_seq), (Some("new-owner"), Some(last_ok)));
     wait_until(Duration::from_secs(5), "lost counted", || handle.snapshot().leases_lost == 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpointing_write_moves_output_and_resume_point_together() {
+    let Some(sdk) = aws().await else { return };
+    let clock_a = Arc::new(leaselock::ManualClock::new(SystemClock.now_ms()));
+    let table = lease_table(&sdk, TableConfig::new("x")).await;
+    let client = table.client().clone();
+    let data = data_table(&client).await;
+    let config = table.config().clone();
+    let put = |seq: u64, fence: u64| TransactWriteItem::builder().put(message(&data, "s1", seq, fence)).build();
+    table.start("s1", "wss://feed.example/s1").await.unwrap();
+
+    let a = table.clone().with_clock(clock_a.clone());
+    let lease = a.acquire("s1", "a").await.unwrap();
+    let now = || clock_a.now_ms();
+    fenced_write_with_checkpoint(&client, &config, &lease, now(), 1, vec![put(1, lease.fence)]).await.unwrap();
+    fenced_write_with_checkpoint(&client, &config, &lease, now(), 2, vec![put(2, lease.fence)]).await.unwrap();
+    assert!(written(&client, &data, "s1#2").await);
+    assert_eq!(table.get("s1").await.unwrap().unwrap().last_seq, Some(2));
+
+    // A sequence number that does not move forward: neither the write nor the checkpoint lands.
+    match fenced_write_with_checkpoint(&client, &config, &lease, now(), 2, vec![put(99, lease.fence)]).await {
+        Err(Error::SeqNotIncreasing { last_seq: 2, seq: 2, .. }) => {}
+        other => panic!("expected SeqNotIncreasing, got {other:?}"),
+    }
+    assert!(!written(&client, &data, "s1#99").await);
+
+    // After a takeover the old owner can write nothing, and the resume point stays put.
+    let b = table.clone().with_clock(Arc::new(SkewedClock { inner: SystemClock, offset_ms: 22_000 }));
+    let new = b.acquire("s1", "b").await.unwrap();
+    assert_eq!((new.fence, new.last_seq), (2, Some(2)));
+    match fenced_write_with_checkpoint(&client, &config, &lease, now(), 3, vec![put(3, lease.fence)]).await {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(!written(&client, &data, "s1#3").await);
+    assert_eq!(table.get("s1").await.unwrap().unwrap().last_seq, Some(2));
 }

@@ -117,6 +117,11 @@ impl Connection {
         self.held.lease.lock().await.clone()
     }
 
+    /// The lease itself, locked (renewals and checkpoints wait meanwhile).
+    pub(crate) async fn lease_guard(&self) -> tokio::sync::MutexGuard<'_, Lease> {
+        self.held.lease.lock().await
+    }
+
     /// When this worker must stop acting for the work, on the store clock's monotonic ms.
     pub fn deadline_mono_ms(&self) -> u64 {
         self.held.deadline_mono_ms()
