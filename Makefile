@@ -5,6 +5,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # The fleet test gets a local engine of its own, so load from other tests cannot slow it.
 FLEET_PORT ?= 4576
+# The demo too: its figures are not skewed by whatever else the default engine is serving.
+DEMO_PORT ?= 4577
 
 .PHONY: test test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
 
@@ -37,7 +39,7 @@ services-stop:
 
 demo:
 	$(CARGO) build --release -q -p leaselock-cli
-	scripts/with-services.sh target/release/leaselock demo
+	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
 bench:
 	$(CARGO) bench -p leaselock-lambdas
