@@ -105,6 +105,11 @@ impl Lease {
     }
 }
 
+/// Whether `item` is still `lease`'s: same owner and same fence (any later claim changes the fence).
+pub fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
+    item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)
+}
+
 /// Rule 1: a claimer only takes a lease whose expiry is older than its own clock minus the skew.
 pub fn claim_cutoff(now_ms: u64, config: &TableConfig) -> u64 {
     now_ms.saturating_sub(config.skew_ms())

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{validate_id, validate_url};
-use crate::lease::{claim_cutoff, expiry_for, is_orphan};
+use crate::lease::{claim_cutoff, expiry_for, holds, is_orphan};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
 use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, TableConfig};
 
@@ -37,10 +37,6 @@ impl MemoryStore {
             items.insert(key, item);
         }
         out
-    }
-
-    fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
-        item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)
     }
 
     fn lost(lease: &Lease) -> Error {
@@ -113,7 +109,7 @@ impl LeaseStore for MemoryStore {
         }
         let config = self.config.clone();
         let renewed = self.with_item(&lease.id, |slot| {
-            if !Self::holds(slot, lease) {
+            if !holds(slot, lease) {
                 return Err(Self::lost(lease));
             }
             let item = slot.as_mut().expect("held item exists");
@@ -126,7 +122,7 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         self.with_item(&lease.id, |slot| {
-            if !Self::holds(slot, lease) {
+            if !holds(slot, lease) {
                 return Err(Self::lost(lease));
             }
             slot.as_mut().expect("held item exists").expires_at_ms = Some(0);
@@ -139,7 +135,7 @@ impl LeaseStore for MemoryStore {
             return Err(Self::lost(lease));
         }
         self.with_item(&lease.id, |slot| {
-            if !Self::holds(slot, lease) {
+            if !holds(slot, lease) {
                 return Err(Self::lost(lease));
             }
             let item = slot.as_mut().expect("held item exists");

@@ -23,7 +23,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use tracing::{debug, warn};
 
 use crate::config::{validate_id, validate_url};
-use crate::lease::{backoff_ms, claim_cutoff, expiry_for, retry_fits};
+use crate::lease::{backoff_ms, claim_cutoff, expiry_for, holds, retry_fits};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
 use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, SystemClock, TableConfig};
 use codec::{item_from_attrs, key, n, s, Attrs};
@@ -212,6 +212,18 @@ impl LeaseTable {
         }
     }
 
+    /// A read: throttling and ambiguous failures are retried within the budget.
+    async fn send_read<T, E, Fut>(&self, until_mono: u64, op: impl Fn() -> Fut) -> Result<T>
+    where
+        Fut: Future<Output = std::result::Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        match self.send(until_mono, true, |_: &E| None::<()>, op).await? {
+            Outcome::Done(out) => Ok(out),
+            Outcome::Condition(()) | Outcome::Ambiguous => unreachable!("reads retry ambiguity and have no condition"),
+        }
+    }
+
     /// One UpdateItem returning the new item, or the old one when the condition fails.
     async fn update(&self, until_mono: u64, req: &UpdateRequest) -> Result<Outcome<LeaseItem, Option<LeaseItem>>> {
         let config = &self.config;
@@ -252,26 +264,18 @@ impl LeaseTable {
     /// A strongly consistent read, retried within the budget.
     async fn read(&self, id: &str, until_mono: u64) -> Result<Option<LeaseItem>> {
         let out = self
-            .send(
-                until_mono,
-                true,
-                |_: &_| None::<()>,
-                || {
-                    self.client
-                        .get_item()
-                        .table_name(&self.config.table_name)
-                        .set_key(Some(key(&self.config, id)))
-                        .consistent_read(true)
-                        .customize()
-                        .config_override(single_attempt())
-                        .send()
-                },
-            )
+            .send_read(until_mono, || {
+                self.client
+                    .get_item()
+                    .table_name(&self.config.table_name)
+                    .set_key(Some(key(&self.config, id)))
+                    .consistent_read(true)
+                    .customize()
+                    .config_override(single_attempt())
+                    .send()
+            })
             .await?;
-        match out {
-            Outcome::Done(out) => Ok(out.item().map(|attrs| item_from_attrs(&self.config, attrs))),
-            Outcome::Condition(()) | Outcome::Ambiguous => unreachable!("reads retry ambiguity and have no condition"),
-        }
+        Ok(out.item().map(|attrs| item_from_attrs(&self.config, attrs)))
     }
 
     /// Scans the table (optionally filtered), page by page.
@@ -281,27 +285,18 @@ impl LeaseTable {
         loop {
             let until = self.budget_until();
             let page = self
-                .send(
-                    until,
-                    true,
-                    |_: &_| None::<()>,
-                    || {
-                        let mut req = self
-                            .client
-                            .scan()
-                            .table_name(&self.config.table_name)
-                            .set_exclusive_start_key(start.clone());
-                        if let Some((expr, values, names)) = &filter {
-                            req = req
-                                .filter_expression(*expr)
-                                .set_expression_attribute_values(Some(values.clone()))
-                                .set_expression_attribute_names(Some(names.clone()));
-                        }
-                        req.customize().config_override(single_attempt()).send()
-                    },
-                )
+                .send_read(until, || {
+                    let mut req =
+                        self.client.scan().table_name(&self.config.table_name).set_exclusive_start_key(start.clone());
+                    if let Some((expr, values, names)) = &filter {
+                        req = req
+                            .filter_expression(*expr)
+                            .set_expression_attribute_values(Some(values.clone()))
+                            .set_expression_attribute_names(Some(names.clone()));
+                    }
+                    req.customize().config_override(single_attempt()).send()
+                })
                 .await?;
-            let Outcome::Done(page) = page else { unreachable!("reads retry ambiguity and have no condition") };
             out.extend(self.own_items(page.items()));
             match page.last_evaluated_key() {
                 Some(k) if !k.is_empty() => start = Some(k.clone()),
@@ -455,10 +450,6 @@ fn lost_if_throttled(e: Error, id: String) -> Error {
         Error::Throttled => Error::Lost { id },
         e => e,
     }
-}
-
-fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
-    item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)
 }
 
 #[async_trait::async_trait]
@@ -656,21 +647,15 @@ impl LeaseStore for LeaseTable {
                     .map_err(store_err)?;
                 let request = HashMap::from([(self.config.table_name.clone(), keys.clone())]);
                 let resp = self
-                    .send(
-                        until,
-                        true,
-                        |_: &_| None::<()>,
-                        || {
-                            self.client
-                                .batch_get_item()
-                                .set_request_items(Some(request.clone()))
-                                .customize()
-                                .config_override(single_attempt())
-                                .send()
-                        },
-                    )
+                    .send_read(until, || {
+                        self.client
+                            .batch_get_item()
+                            .set_request_items(Some(request.clone()))
+                            .customize()
+                            .config_override(single_attempt())
+                            .send()
+                    })
                     .await?;
-                let Outcome::Done(resp) = resp else { unreachable!("reads retry ambiguity and have no condition") };
                 for attrs in resp.responses().and_then(|r| r.get(&self.config.table_name)).into_iter().flatten() {
                     let item = item_from_attrs(&self.config, attrs);
                     out.insert(item.id, item.desired_state);
@@ -698,29 +683,23 @@ impl LeaseStore for LeaseTable {
         });
         let until = self.budget_until();
         let page = self
-            .send(
-                until,
-                true,
-                |_: &_| None::<()>,
-                || {
-                    self.client
-                        .query()
-                        .table_name(&self.config.table_name)
-                        .index_name(&self.config.index_name)
-                        .key_condition_expression("#ds = :started AND #exp < :cutoff")
-                        .expression_attribute_names("#ds", &a.desired_state)
-                        .expression_attribute_names("#exp", &a.expires_at_ms)
-                        .expression_attribute_values(":started", s(&self.config.started_partition))
-                        .expression_attribute_values(":cutoff", n(cutoff_ms))
-                        .limit(page_size.clamp(1, i32::MAX as usize) as i32)
-                        .set_exclusive_start_key(start.clone())
-                        .customize()
-                        .config_override(single_attempt())
-                        .send()
-                },
-            )
+            .send_read(until, || {
+                self.client
+                    .query()
+                    .table_name(&self.config.table_name)
+                    .index_name(&self.config.index_name)
+                    .key_condition_expression("#ds = :started AND #exp < :cutoff")
+                    .expression_attribute_names("#ds", &a.desired_state)
+                    .expression_attribute_names("#exp", &a.expires_at_ms)
+                    .expression_attribute_values(":started", s(&self.config.started_partition))
+                    .expression_attribute_values(":cutoff", n(cutoff_ms))
+                    .limit(page_size.clamp(1, i32::MAX as usize) as i32)
+                    .set_exclusive_start_key(start.clone())
+                    .customize()
+                    .config_override(single_attempt())
+                    .send()
+            })
             .await?;
-        let Outcome::Done(page) = page else { unreachable!("reads retry ambiguity and have no condition") };
         let next = page.last_evaluated_key().filter(|k| !k.is_empty()).and_then(|k| {
             Some(OrphanCursor {
                 key: k.get(&a.id)?.as_s().ok()?.clone(),
