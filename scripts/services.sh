@@ -29,7 +29,7 @@ start() {
   install
   mkdir -p "$STATE"
   echo "services: starting moto on $URL"
-  nohup .venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$STATE/moto-$PORT.log" 2>&1 &
+  nohup .venv/bin/python scripts/local_engine.py -H 127.0.0.1 -p "$PORT" >"$STATE/moto-$PORT.log" 2>&1 &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 150); do
     if answers; then
