@@ -172,6 +172,8 @@ fn parse_target(target: &str) -> (String, u64, u64) {
     (path.trim_start_matches('/').to_string(), from, fence)
 }
 
+// The handshake callback's error type is tungstenite's (a whole HTTP response).
+#[allow(clippy::result_large_err)]
 async fn subscriber(socket: TcpStream, feed: Arc<Feed>, shutdown: CancellationToken) -> Result<(), String> {
     let mut target = String::new();
     let ws = tokio_tungstenite::accept_hdr_async(socket, |req: &Request, resp: Response| {

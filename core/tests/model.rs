@@ -177,11 +177,11 @@ async fn run(
         out.push(outcome);
     }
     let mut finals = Vec::new();
-    for i in 0..IDS {
+    for (i, l) in ledger.iter().enumerate() {
         let item = stores[0].get(&id(i)).await.unwrap();
         if let Some(item) = &item {
-            assert_eq!(item.fence, ledger[i].fence);
-            assert_eq!(item.last_seq, ledger[i].last_seq);
+            assert_eq!(item.fence, l.fence);
+            assert_eq!(item.last_seq, l.last_seq);
         }
         finals.push(item);
     }
