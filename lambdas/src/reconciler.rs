@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
-use futures::{stream, TryStreamExt};
+use futures::{stream, StreamExt};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use leaselock::lease::claim_cutoff;
 use leaselock::{DesiredState, LeaseItem, LeaseStore, LeaseTable, MemoryStore, OrphanCursor};
@@ -18,12 +18,14 @@ use tracing::{info, warn};
 use crate::emf::EmfWriter;
 use crate::hint::{Hint, HintSender, MAX_BATCH};
 
-/// Orphans read per index query.
+/// Orphans read per index query (default).
 pub const PAGE_SIZE: usize = 1000;
-/// Hint batches in flight at once.
+/// Hint batches in flight at once (default).
 pub const CONCURRENT_BATCHES: usize = 16;
 /// Tries per hint batch (the first send and the retries of refused entries).
 pub const SEND_ATTEMPTS: u32 = 4;
+/// Tries per page of the orphan query.
+pub const PAGE_ATTEMPTS: u32 = 3;
 
 /// Counts over the orphan index, without reading the items.
 #[async_trait::async_trait]
@@ -144,53 +146,90 @@ async fn send_batch_with_retry(hints: &dyn HintSender, batch: Vec<Hint>) -> (u64
     (total - failed, failed)
 }
 
-/// Lists the orphans page by page and sends their hints while the next page is read.
-async fn hint_orphans<S: LeaseStore + ?Sized>(
+/// How a run reads and sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Orphans read per index query.
+    pub page_size: usize,
+    /// Hint batches (of up to [`MAX_BATCH`]) in flight at once.
+    pub concurrency: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { page_size: PAGE_SIZE, concurrency: CONCURRENT_BATCHES }
+    }
+}
+
+/// Reads every orphan below `cutoff_ms`. The store retries within its own budget; a page whose
+/// query still failed is tried again here, so one slow moment does not cost the whole run.
+async fn list_orphans<S: LeaseStore + ?Sized>(
     store: &S,
-    hints: &dyn HintSender,
     cutoff_ms: u64,
-) -> leaselock::Result<(u64, u64, u64)> {
-    // State: `None` once the last page has been read.
-    let pages = stream::try_unfold(Some(None::<OrphanCursor>), move |state| async move {
-        let Some(after) = state else { return Ok(None) };
-        let page = store.orphans_page(cutoff_ms, PAGE_SIZE, after).await?;
-        Ok::<_, leaselock::Error>(Some((page.items, page.next.map(Some))))
-    });
-    let batches = pages
-        .map_ok(|items| {
-            let batches: Vec<Vec<Hint>> = items
-                .chunks(MAX_BATCH)
-                .map(|chunk| chunk.iter().map(|item| Hint::new(item.id.as_str())).collect())
-                .collect();
-            stream::iter(batches.into_iter().map(Ok))
-        })
-        .try_flatten();
-    batches
-        .map_ok(|batch| async move {
-            let listed = batch.len() as u64;
-            let (sent, failed) = send_batch_with_retry(hints, batch).await;
-            Ok((listed, sent, failed))
-        })
-        .try_buffer_unordered(CONCURRENT_BATCHES)
-        .try_fold((0, 0, 0), |acc, (l, s, f)| async move { Ok((acc.0 + l, acc.1 + s, acc.2 + f)) })
+    page_size: usize,
+) -> leaselock::Result<Vec<LeaseItem>> {
+    let mut orphans = Vec::new();
+    let mut after: Option<OrphanCursor> = None;
+    loop {
+        let mut attempt = 1;
+        let page = loop {
+            match store.orphans_page(cutoff_ms, page_size, after.clone()).await {
+                Ok(page) => break page,
+                Err(e @ (leaselock::Error::Throttled | leaselock::Error::Store(_))) if attempt < PAGE_ATTEMPTS => {
+                    warn!(error = %e, attempt, "orphan query failed, trying again");
+                    tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        orphans.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(orphans),
+        }
+    }
+}
+
+/// Sends one hint per orphan, [`MAX_BATCH`] per request, `concurrency` requests at once.
+/// Returns (sent, failed).
+async fn send_hints(hints: &dyn HintSender, orphans: &[LeaseItem], concurrency: usize) -> (u64, u64) {
+    stream::iter(orphans.chunks(MAX_BATCH))
+        .map(|chunk| send_batch_with_retry(hints, chunk.iter().map(|item| Hint::new(item.id.as_str())).collect()))
+        .buffer_unordered(concurrency.max(1))
+        .fold((0, 0), |(sent, failed), (s, f)| async move { (sent + s, failed + f) })
         .await
 }
 
-/// One reconciliation: hints for every orphan, and the counts. Fails only if the orphan query does.
+/// One reconciliation: a hint for every orphan, and the counts. Fails only if the orphan query
+/// does; a failed count leaves its metric out.
+///
+/// `started` is `owned + orphans`, counted a moment apart: work claimed in between may be counted
+/// twice, which a metric can live with.
 pub async fn reconcile<S: StateCounts + ?Sized>(store: &S, hints: &dyn HintSender) -> leaselock::Result<Report> {
+    reconcile_with(store, hints, Options::default()).await
+}
+
+/// [`reconcile`] with other [`Options`].
+pub async fn reconcile_with<S: StateCounts + ?Sized>(
+    store: &S,
+    hints: &dyn HintSender,
+    options: Options,
+) -> leaselock::Result<Report> {
     let started_at = Instant::now();
     let cutoff_ms = claim_cutoff(store.clock().now_ms(), store.config());
-    let (sent, owned, stopped) = tokio::join!(
-        hint_orphans(store, hints, cutoff_ms),
+    let orphans = list_orphans(store, cutoff_ms, options.page_size).await?;
+    let ((hints_sent, hints_failed), owned, stopped) = tokio::join!(
+        send_hints(hints, &orphans, options.concurrency),
         store.count_by_state(DesiredState::Started, Some(cutoff_ms)),
         store.count_by_state(DesiredState::Stopped, None),
     );
-    let (orphans, hints_sent, hints_failed) = sent?;
     let counted = |what: &str, count: leaselock::Result<u64>| {
         count.inspect_err(|e| warn!(error = %e, "counting {what} failed; the metric is left out")).ok()
     };
     let owned = counted("owned", owned);
     let stopped = counted("stopped", stopped);
+    let orphans = orphans.len() as u64;
     Ok(Report {
         cutoff_ms,
         orphans,

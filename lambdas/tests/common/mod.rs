@@ -481,3 +481,75 @@ pub async fn seed(table: &LeaseTable, items: Vec<Seed>) {
         .collect::<Vec<()>>()
         .await;
 }
+
+/// Consumes hints while they are sent, as a fleet of workers would: `consumers` receivers that
+/// delete what they receive. Keeping the queue short matters on the local engine, whose
+/// SendMessage cost grows with the number of messages waiting. Returns the ids received once
+/// `expected` have arrived (or whatever arrived by `limit`).
+pub fn drain(
+    hints: &SqsHints,
+    expected: usize,
+    consumers: usize,
+    limit: Duration,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    let hints = hints.clone();
+    tokio::spawn(async move {
+        let until = Instant::now() + limit;
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::with_capacity(expected)));
+        let count = std::sync::Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..consumers)
+            .map(|_| {
+                let (hints, received, count) = (hints.clone(), received.clone(), count.clone());
+                tokio::spawn(async move {
+                    while (count.load(Ordering::SeqCst) as usize) < expected && Instant::now() < until {
+                        let Ok(out) = hints
+                            .client()
+                            .receive_message()
+                            .queue_url(hints.queue_url())
+                            .max_number_of_messages(10)
+                            .visibility_timeout(300)
+                            .wait_time_seconds(1)
+                            .send()
+                            .await
+                        else {
+                            continue;
+                        };
+                        let messages = out.messages();
+                        if messages.is_empty() {
+                            continue;
+                        }
+                        let entries: Vec<_> = messages
+                            .iter()
+                            .enumerate()
+                            .map(|(i, m)| {
+                                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                                    .id(i.to_string())
+                                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                                    .build()
+                                    .unwrap()
+                            })
+                            .collect();
+                        let ids: Vec<String> = messages
+                            .iter()
+                            .map(|m| Hint::from_json(m.body().unwrap_or_default()).expect("a hint body").connection_id)
+                            .collect();
+                        count.fetch_add(ids.len() as u64, Ordering::SeqCst);
+                        received.lock().unwrap().extend(ids);
+                        let _ = hints
+                            .client()
+                            .delete_message_batch()
+                            .queue_url(hints.queue_url())
+                            .set_entries(Some(entries))
+                            .send()
+                            .await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let out = received.lock().unwrap().clone();
+        out
+    })
+}

@@ -1,0 +1,178 @@
+//! The handlers against DynamoDB and SQS on the local engine (moto). Each test makes its own table
+//! and queue. Skipped when `AWS_ENDPOINT_URL` is unset, unless `LEASELOCK_REQUIRE_SERVICES=1`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::*;
+use lambda_runtime::{Context, LambdaEvent};
+use leaselock::{DesiredState, LeaseStore, LeaseTable, TableConfig};
+use leaselock_lambdas::{reconciler, EmfWriter};
+use serde_json::Value;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[tokio::test]
+async fn router_start_twice_then_stop_settles_the_same_through_every_kind() {
+    let Some(sdk) = services("router_start_twice_then_stop_settles_the_same_through_every_kind").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-router"))).await;
+    let hints = queue(&sdk).await;
+    for kind in KINDS {
+        let id = format!("stream-{kind:?}");
+        let item = start_twice_then_stop(kind, &store, &hints, &id).await;
+        assert_eq!(Settled::from(&item), expected_settled(&id), "{kind:?}");
+    }
+    // Two STARTs per kind, each with its hint on the queue, and nothing else.
+    let received = receive_hints(&hints, 6, Duration::from_secs(30)).await;
+    let mut per_id: BTreeMap<String, usize> = BTreeMap::new();
+    for hint in received {
+        *per_id.entry(hint.connection_id).or_default() += 1;
+    }
+    let expected: BTreeMap<String, usize> = KINDS.iter().map(|k| (format!("stream-{k:?}"), 2)).collect();
+    assert_eq!(per_id, expected);
+}
+
+#[tokio::test]
+async fn router_refuses_malformed_requests_and_writes_nothing() {
+    let Some(sdk) = services("router_refuses_malformed_requests_and_writes_nothing").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-malformed"))).await;
+    let hints = queue(&sdk).await;
+    for kind in KINDS {
+        malformed_writes_nothing(kind, &store, &hints).await;
+    }
+    assert!(store.items().await.unwrap().is_empty(), "a scan finds nothing");
+    assert_eq!(queue_depth(&hints).await, 0, "no hint was sent");
+    // STOP of an id that was never started: refused, and still nothing written.
+    for kind in KINDS {
+        let expected = if kind == Kind::Sqs { Verdict::Done } else { Verdict::NotFound };
+        assert_eq!(verdict(kind, invoke(&store, &hints, stop_event(kind, "nobody")).await), expected, "{kind:?}");
+    }
+    assert!(store.items().await.unwrap().is_empty(), "STOP of an unknown id must not create it");
+}
+
+#[tokio::test]
+async fn router_serves_the_sample_http_events() {
+    let Some(sdk) = services("router_serves_the_sample_http_events").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-http"))).await;
+    let hints = queue(&sdk).await;
+    let body = |v: Value| -> (u64, Value) {
+        (v["statusCode"].as_u64().unwrap(), serde_json::from_str(v["body"].as_str().unwrap()).unwrap())
+    };
+    let (status, _) = body(invoke(&store, &hints, sample("http-get.json")).await.unwrap());
+    assert_eq!(status, 404);
+    let (status, started) = body(invoke(&store, &hints, sample("http-start.json")).await.unwrap());
+    assert_eq!(
+        (status, started["desired_state"].as_str(), started["hint_sent"].as_bool()),
+        (200, Some("STARTED"), Some(true))
+    );
+    let (status, got) = body(invoke(&store, &hints, sample("http-get.json")).await.unwrap());
+    assert_eq!((status, got["url"].as_str()), (200, Some("wss://feed.example/stream-1")));
+    let (status, stopped) = body(invoke(&store, &hints, sample("http-stop.json")).await.unwrap());
+    assert_eq!((status, stopped["desired_state"].as_str()), (200, Some("STOPPED")));
+    let received = receive_hints(&hints, 1, Duration::from_secs(30)).await;
+    assert_eq!(received, vec![leaselock::Hint::new("stream-1")]);
+}
+
+/// Seeds `started` STARTED items of which `orphaned` have expired (half never claimed, half
+/// abandoned by a crashed owner), plus `stopped` STOPPED items. Returns the orphans' ids.
+async fn seed_fleet(store: &LeaseTable, started: usize, orphaned: usize, stopped: usize) -> BTreeSet<String> {
+    let now = now_ms();
+    let mut items = Vec::new();
+    let mut orphans = BTreeSet::new();
+    for i in 0..started {
+        let id = format!("conn-{i:05}");
+        let (expires_at_ms, owner) = if i < orphaned / 2 {
+            (0, None)
+        } else if i < orphaned {
+            (now - 60_000, Some("crashed-worker".to_string()))
+        } else {
+            (now + 600_000, Some(format!("worker-{}", i % 7)))
+        };
+        if i < orphaned {
+            orphans.insert(id.clone());
+        }
+        items.push(Seed { id, state: DesiredState::Started, expires_at_ms, owner });
+    }
+    for i in 0..stopped {
+        items.push(Seed { id: format!("gone-{i:04}"), state: DesiredState::Stopped, expires_at_ms: 0, owner: None });
+    }
+    seed(store, items).await;
+    orphans
+}
+
+#[tokio::test]
+async fn reconciler_hints_exactly_the_expired_and_emits_metrics() {
+    let Some(sdk) = services("reconciler_hints_exactly_the_expired_and_emits_metrics").await else { return };
+    let name = unique_name("ll-reconcile");
+    let store = table(&sdk, TableConfig::new(&name).key_prefix("app1/")).await;
+    let hints = queue(&sdk).await;
+    let orphans = seed_fleet(&store, 1000, 400, 50).await;
+    // Another application shares the table under its own prefix: never hinted, never counted.
+    let neighbour = LeaseTable::new(store.client().clone(), TableConfig::new(&name).key_prefix("app2/")).unwrap();
+    seed_fleet(&neighbour, 30, 30, 5).await;
+    // A leader key has no desired state, so the sparse index never shows it.
+    store.acquire("leader/main", "worker-1").await.unwrap();
+    let before = store.items().await.unwrap();
+
+    let metrics = EmfWriter::new("leaselock-test", "reconciler", Vec::new());
+    let event = LambdaEvent::new(sample("schedule.json"), Context::default());
+    let report = reconciler::handle(event, &store, &hints, &metrics).await.unwrap();
+    assert_eq!(report["orphans"], 400);
+    assert_eq!(report["hints_sent"], 400);
+    assert_eq!(report["hints_failed"], 0);
+    assert_eq!(report["started"], 1000);
+    assert_eq!(report["owned"], 600);
+    assert_eq!(report["stopped"], 50);
+
+    let received = receive_hints(&hints, 400, Duration::from_secs(60)).await;
+    assert_eq!(received.len(), 400, "exactly one hint per orphan");
+    let hinted: BTreeSet<String> = received.into_iter().map(|h| h.connection_id).collect();
+    assert_eq!(hinted, orphans);
+
+    let line = String::from_utf8(metrics.into_inner()).unwrap();
+    let emf: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(emf["_aws"]["CloudWatchMetrics"][0]["Namespace"], "leaselock-test");
+    assert_eq!(emf["Service"], "reconciler");
+    assert_eq!(
+        (emf["Orphans"].as_u64(), emf["Started"].as_u64(), emf["Stopped"].as_u64(), emf["HintsSent"].as_u64()),
+        (Some(400), Some(1000), Some(50), Some(400))
+    );
+    assert_eq!(store.items().await.unwrap(), before, "the reconciler never writes a lease");
+}
+
+/// 10,000 orphans, every hint delivered to a draining fleet. Seeding and the run take about a
+/// minute on the local engine, so this runs when `LEASELOCK_RECONCILER_10K=1`; `lambdas/bench.sh`
+/// measures the same run and records it.
+///
+/// The local engine's SendMessage costs grow with the messages waiting in the queue, so the fleet
+/// drains as it goes and the run keeps 2 batches in flight: more only lengthens the queue there
+/// (real SQS takes the default 16 in stride).
+#[tokio::test]
+async fn reconciler_hints_ten_thousand_orphans() {
+    if std::env::var("LEASELOCK_RECONCILER_10K").as_deref() != Ok("1") {
+        eprintln!("skipped reconciler_hints_ten_thousand_orphans: set LEASELOCK_RECONCILER_10K=1");
+        return;
+    }
+    let Some(sdk) = services("reconciler_hints_ten_thousand_orphans").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-10k"))).await;
+    let hints = queue(&sdk).await;
+    let seeded = Instant::now();
+    let orphans = seed_fleet(&store, 10_000, 10_000, 0).await;
+    eprintln!("seeded 10,000 orphans in {:?}", seeded.elapsed());
+    let fleet = drain(&hints, 10_000, 16, Duration::from_secs(300));
+    let started = Instant::now();
+    let options = reconciler::Options { concurrency: 2, ..Default::default() };
+    let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
+    let took = started.elapsed();
+    let received = fleet.await.unwrap();
+    eprintln!("reconciled {} orphans in {took:?}; every hint received after {:?}", report.orphans, started.elapsed());
+    assert_eq!((report.orphans, report.hints_sent, report.hints_failed), (10_000, 10_000, 0));
+    assert_eq!(received.len(), 10_000, "one hint per orphan");
+    assert_eq!(received.into_iter().collect::<BTreeSet<_>>(), orphans);
+    // A guard against the run going quadratic, not the 30 s target (see the bench's notes).
+    assert!(took < Duration::from_secs(180), "took {took:?}");
+}
