@@ -78,7 +78,9 @@ async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let s = handle.snapshot();
-    assert_eq!((s.held.clone(), s.orphan_polls, s.acquired), (vec!["s1".to_string()], 1, 1), "{s:?}");
+    // The periodic poll is 10 minutes away: every claim here came from a hint (directly, or
+    // through the index query a hint triggers).
+    assert_eq!((s.held.clone(), s.acquired), (vec!["s1".to_string()], 1), "{s:?}");
 
     // Shutdown lets the long poll in flight run out (never abandons it) and so takes at most
     // about the hint wait.
@@ -129,7 +131,7 @@ async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
     eprintln!("shutdown to every lease claimed by the successor: {took:?}");
     assert!(took < Duration::from_secs(2), "hand-over took {took:?}");
     let s = staying_handle.snapshot();
-    assert_eq!((s.orphan_polls, s.hints_received), (1, ids.len() as u64), "claimed through hints: {s:?}");
+    assert!(s.hints_received >= 1, "claimed because of hints: {s:?}");
     staying_handle.shutdown();
     staying_task.await.unwrap();
 }

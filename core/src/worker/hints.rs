@@ -53,6 +53,9 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             continue;
         }
         inner.counters.add(&inner.counters.hints_received, messages.len() as u64);
+        // Hints come in tens (a peer's shutdown, a batch of STARTs): one index query finds all
+        // the work they point at and claims it in parallel.
+        inner.poll_orphans_now.notify_one();
         let outcomes: Vec<(Message, Claim)> = futures::stream::iter(messages)
             .map(|m| {
                 let inner = &inner;

@@ -215,6 +215,7 @@ impl WorkerBuilder {
             finished: CancellationToken::new(),
             new_leases,
             hand_over: self.hints.clone(),
+            poll_orphans_now: tokio::sync::Notify::new(),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
         Ok(Worker {
@@ -277,6 +278,8 @@ pub(crate) struct Inner {
     new_leases: mpsc::UnboundedSender<NewLease>,
     /// Where running work released on shutdown is hinted, so the fleet claims it at once.
     pub(crate) hand_over: Option<HintQueue>,
+    /// Wakes the orphan loop early (hints arrived: more work may be waiting in the index).
+    pub(crate) poll_orphans_now: tokio::sync::Notify,
 }
 
 impl Inner {

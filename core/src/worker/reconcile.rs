@@ -38,6 +38,7 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
         tokio::select! {
             () = inner.shutdown.cancelled() => return,
             () = tokio::time::sleep(Duration::from_millis(wake_in_ms)) => {}
+            () = inner.poll_orphans_now.notified() => {}
         }
     }
 }
