@@ -248,7 +248,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
     let feed_addr = listener.local_addr().map_err(other)?;
-    let feed = Feed::new(d.rate, Duration::from_millis(1_000));
+    let feed = Feed::new(d.rate);
     let feed_stop = CancellationToken::new();
     let feed_task = tokio::spawn(crate::upstream::serve(listener, feed.clone(), feed_stop.clone()));
     say(t0, format!("upstream feed on ws://{feed_addr} ({} msg/s per stream)", d.rate));

@@ -1,6 +1,8 @@
 //! A local upstream feed: one sequenced WebSocket stream per path, resumable with `?from=SEQ`.
-//! It counts subscribers per stream and flags "double owner" moments: two subscribers with
-//! different fences both acknowledging messages of one stream within the active window.
+//! It counts subscribers per stream and flags "double owner" moments: successive owners (fences)
+//! of a stream must process disjoint, ordered runs of it, so an acknowledgement of seq `s` under
+//! fence `f` while another fence `g > f` has already acknowledged some seq `<= s` (or `g < f` one
+//! `>= s`) means two owners processed the stream at once.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -25,9 +27,6 @@ pub struct UpstreamArgs {
     /// Messages per second on each stream.
     #[arg(long, default_value_t = 5.0)]
     pub rate: f64,
-    /// Two subscribers acknowledging within this window count as simultaneous owners, ms.
-    #[arg(long, default_value_t = 1_000)]
-    pub active_window_ms: u64,
 }
 
 /// One message of a stream, as sent on the wire.
@@ -44,14 +43,12 @@ pub struct Ack {
     pub ack: u64,
 }
 
-struct Subscriber {
-    fence: u64,
-    last_ack: Option<Instant>,
-}
-
 struct StreamState {
     origin: Instant,
-    subscribers: HashMap<u64, Subscriber>,
+    /// Subscriber id -> its fence.
+    subscribers: HashMap<u64, u64>,
+    /// Fence -> (lowest, highest) seq acknowledged under it.
+    acked: HashMap<u64, (u64, u64)>,
 }
 
 /// Counters the demo reads.
@@ -65,18 +62,16 @@ pub struct FeedStats {
 
 pub struct Feed {
     rate: f64,
-    window: Duration,
     streams: Mutex<HashMap<String, StreamState>>,
-    flagged: Mutex<HashSet<(u64, u64)>>,
+    flagged: Mutex<HashSet<(String, u64, u64)>>,
     next_sub: AtomicU64,
     stats: Mutex<FeedStats>,
 }
 
 impl Feed {
-    pub fn new(rate: f64, window: Duration) -> Arc<Self> {
+    pub fn new(rate: f64) -> Arc<Self> {
         Arc::new(Self {
             rate: rate.max(0.001),
-            window,
             streams: Mutex::default(),
             flagged: Mutex::default(),
             next_sub: AtomicU64::new(1),
@@ -97,8 +92,8 @@ impl Feed {
         let mut streams = self.streams.lock().unwrap();
         let state = streams
             .entry(stream.to_string())
-            .or_insert_with(|| StreamState { origin: Instant::now(), subscribers: HashMap::new() });
-        state.subscribers.insert(id, Subscriber { fence, last_ack: None });
+            .or_insert_with(|| StreamState { origin: Instant::now(), subscribers: HashMap::new(), acked: HashMap::new() });
+        state.subscribers.insert(id, fence);
         let mut stats = self.stats.lock().unwrap();
         stats.connections += 1;
         stats.max_subscribers_per_stream = stats.max_subscribers_per_stream.max(state.subscribers.len());
@@ -111,29 +106,25 @@ impl Feed {
         }
     }
 
-    fn ack(&self, stream: &str, id: u64) {
-        let now = Instant::now();
+    fn ack(&self, stream: &str, id: u64, seq: u64) {
         let mut streams = self.streams.lock().unwrap();
         let Some(state) = streams.get_mut(stream) else { return };
-        let Some(fence) = state.subscribers.get(&id).map(|s| s.fence) else { return };
-        let rivals: Vec<u64> = state
-            .subscribers
+        let Some(&fence) = state.subscribers.get(&id) else { return };
+        let overlapping: Vec<u64> = state
+            .acked
             .iter()
-            .filter(|(other, s)| {
-                **other != id && s.fence != fence && s.last_ack.is_some_and(|t| now.duration_since(t) < self.window)
-            })
-            .map(|(other, _)| *other)
+            .filter(|(&g, &(low, high))| (g > fence && low <= seq) || (g < fence && high >= seq))
+            .map(|(&g, _)| g)
             .collect();
-        if let Some(me) = state.subscribers.get_mut(&id) {
-            me.last_ack = Some(now);
-        }
+        let range = state.acked.entry(fence).or_insert((seq, seq));
+        *range = (range.0.min(seq), range.1.max(seq));
         let mut stats = self.stats.lock().unwrap();
         stats.acks += 1;
         let mut flagged = self.flagged.lock().unwrap();
-        for rival in rivals {
-            if flagged.insert((id.min(rival), id.max(rival))) {
+        for g in overlapping {
+            if flagged.insert((stream.to_string(), fence.min(g), fence.max(g))) {
                 stats.double_owner += 1;
-                tracing::warn!(stream, "two owners acknowledged within the active window");
+                tracing::warn!(stream, fence, other_fence = g, seq, "two owners processed the stream at once");
             }
         }
     }
@@ -199,8 +190,8 @@ async fn subscriber(socket: TcpStream, feed: Arc<Feed>, shutdown: CancellationTo
             }
             incoming = rx.next() => match incoming {
                 Some(Ok(Message::Text(text))) => {
-                    if serde_json::from_str::<Ack>(&text).is_ok() {
-                        feed.ack(&stream, id);
+                    if let Ok(ack) = serde_json::from_str::<Ack>(&text) {
+                        feed.ack(&stream, id, ack.ack);
                     }
                 }
                 Some(Ok(Message::Close(_))) | None => break Ok(()),
@@ -215,7 +206,7 @@ async fn subscriber(socket: TcpStream, feed: Arc<Feed>, shutdown: CancellationTo
 
 pub async fn run(args: UpstreamArgs) -> CliResult {
     let listener = TcpListener::bind(args.listen).await.map_err(other)?;
-    let feed = Feed::new(args.rate, Duration::from_millis(args.active_window_ms));
+    let feed = Feed::new(args.rate);
     let shutdown = CancellationToken::new();
     eprintln!("upstream: ws://{} ({} msg/s per stream)", listener.local_addr().map_err(other)?, args.rate);
     let server = tokio::spawn(serve(listener, feed.clone(), shutdown.clone()));
@@ -243,22 +234,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn two_fences_acking_together_are_flagged_once() {
-        let feed = Feed::new(10.0, Duration::from_millis(60_000));
-        let (a, _) = feed.subscribe("s", 1);
-        let (b, _) = feed.subscribe("s", 2);
-        let (c, _) = feed.subscribe("other", 2);
-        feed.ack("s", a);
-        feed.ack("other", c);
+    async fn interleaved_runs_of_two_fences_are_flagged_once() {
+        let feed = Feed::new(10.0);
+        let (old, _) = feed.subscribe("s", 1);
+        let (new, _) = feed.subscribe("s", 2);
+        let (other, _) = feed.subscribe("other", 2);
+        for seq in 1..=5 {
+            feed.ack("s", old, seq);
+        }
+        feed.ack("other", other, 1);
+        // A hand-over: the new owner resumes after the old one's last message.
+        for seq in 6..=8 {
+            feed.ack("s", new, seq);
+        }
+        // A late acknowledgement of a message the old owner processed before the hand-over.
+        feed.ack("s", old, 5);
         assert_eq!(feed.stats().double_owner, 0);
-        feed.ack("s", b);
-        feed.ack("s", a);
-        feed.ack("s", b);
+        // The old owner processing past the new owner's start is two owners at once, counted once.
+        feed.ack("s", old, 7);
+        feed.ack("s", old, 8);
         assert_eq!(feed.stats().double_owner, 1);
         assert_eq!(feed.stats().max_subscribers_per_stream, 2);
-        feed.unsubscribe("s", a);
-        let (d, _) = feed.subscribe("s", 2);
-        feed.ack("s", d);
-        assert_eq!(feed.stats().double_owner, 1, "same fence is the same owner");
+        // The new owner reprocessing the old owner's range is flagged too.
+        let (third, _) = feed.subscribe("other", 3);
+        feed.ack("other", third, 1);
+        assert_eq!(feed.stats().double_owner, 2);
     }
 }
