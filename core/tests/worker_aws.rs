@@ -59,7 +59,7 @@ async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
     wait_until(Duration::from_secs(10), "s1 claimed", || handle.snapshot().held == ["s1"]).await;
     let took = t0.elapsed();
     eprintln!("hint to claim: {took:?}");
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 
     // A hint for work someone else holds is a conflict; an unreadable one is dropped. Both are
     // deleted: they were only hints.
@@ -125,11 +125,12 @@ async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
     let t0 = Instant::now();
     leaving_handle.shutdown();
     assert_eq!(leaving_task.await.unwrap().released, ids.len() as u64);
-    wait_until(Duration::from_secs(5), "hinted work claimed", || staying_handle.snapshot().held.len() == ids.len())
+    wait_until(Duration::from_secs(15), "hinted work claimed", || staying_handle.snapshot().held.len() == ids.len())
         .await;
     let took = t0.elapsed();
     eprintln!("shutdown to every lease claimed by the successor: {took:?}");
-    assert!(took < Duration::from_secs(2), "hand-over took {took:?}");
+    // The periodic poll is 10 minutes away: only the hand-over hints explain a claim this soon.
+    assert!(took < Duration::from_secs(10), "hand-over took {took:?}");
     let s = staying_handle.snapshot();
     assert!(s.hints_received >= 1, "claimed because of hints: {s:?}");
     staying_handle.shutdown();
