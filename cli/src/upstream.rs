@@ -90,9 +90,11 @@ impl Feed {
     fn subscribe(&self, stream: &str, fence: u64) -> (u64, Instant) {
         let id = self.next_sub.fetch_add(1, Ordering::SeqCst);
         let mut streams = self.streams.lock().unwrap();
-        let state = streams
-            .entry(stream.to_string())
-            .or_insert_with(|| StreamState { origin: Instant::now(), subscribers: HashMap::new(), acked: HashMap::new() });
+        let state = streams.entry(stream.to_string()).or_insert_with(|| StreamState {
+            origin: Instant::now(),
+            subscribers: HashMap::new(),
+            acked: HashMap::new(),
+        });
         state.subscribers.insert(id, fence);
         let mut stats = self.stats.lock().unwrap();
         stats.connections += 1;
