@@ -215,7 +215,8 @@ pub enum Request {
 
 impl Request {
     pub fn classify(payload: Value) -> Self {
-        if payload.get("requestContext").and_then(|c| c.get("http")).is_some() {
+        // Any API Gateway event; one that is not payload format 2.0 gets a 400 saying so.
+        if payload.get("requestContext").is_some() {
             Request::Http(Box::new(payload))
         } else if payload.get("Records").is_some_and(Value::is_array) {
             Request::Sqs(payload)

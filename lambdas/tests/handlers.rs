@@ -100,6 +100,11 @@ async fn http_routes_answer_with_json() {
         (Some(405), Some("POST"))
     );
 
+    // A REST API (payload format 1.0) event is refused as such, not read as a command.
+    let rest = json!({"httpMethod": "GET", "path": "/connections/stream-1", "requestContext": {"stage": "prod"}});
+    let rest = invoke(&store, &hints, rest).await.unwrap();
+    assert_eq!((rest["statusCode"].as_u64(), http_body(&rest)["field"].as_str()), (Some(400), Some("event")));
+
     let no_route = invoke(&store, &hints, http_event("GET", "$default", "/health", None, None)).await.unwrap();
     assert_eq!(no_route["statusCode"], 404);
 

@@ -483,13 +483,14 @@ pub async fn seed(table: &LeaseTable, items: Vec<Seed>) {
 }
 
 /// Consumes hints while they are sent, as a fleet of workers would: `consumers` receivers that
-/// delete what they receive. Keeping the queue short matters on the local engine, whose
-/// SendMessage cost grows with the number of messages waiting. Returns the ids received once
-/// `expected` have arrived (or whatever arrived by `limit`).
+/// long-poll for `wait_seconds` and delete what they receive. Keeping the queue short matters on
+/// the local engine, whose SendMessage cost grows with the number of messages waiting. Returns
+/// the ids received once `expected` have arrived (or whatever arrived by `limit`).
 pub fn drain(
     hints: &SqsHints,
     expected: usize,
     consumers: usize,
+    wait_seconds: i32,
     limit: Duration,
 ) -> tokio::task::JoinHandle<Vec<String>> {
     let hints = hints.clone();
@@ -508,7 +509,7 @@ pub fn drain(
                             .queue_url(hints.queue_url())
                             .max_number_of_messages(10)
                             .visibility_timeout(300)
-                            .wait_time_seconds(1)
+                            .wait_time_seconds(wait_seconds)
                             .send()
                             .await
                         else {
@@ -516,6 +517,9 @@ pub fn drain(
                         };
                         let messages = out.messages();
                         if messages.is_empty() {
+                            if wait_seconds == 0 {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
                             continue;
                         }
                         let entries: Vec<_> = messages
