@@ -6,6 +6,7 @@
 #      events in lambdas/events/, every response checked;
 #   4. cold start (process start -> first response) of each bootstrap, written to
 #      bench-results/cold-start.txt.
+# SKIP_CARGO_TEST=1 skips step 1 (when the tests just ran). COLD_RUNS sets the cold starts per function (3).
 # Everything listens on 127.0.0.1; every process this script starts is stopped by its pid; every
 # wait has a deadline.
 set -euo pipefail

@@ -171,8 +171,9 @@ async fn reconciler_hints_ten_thousand_orphans() {
     let received = fleet.await.unwrap();
     eprintln!("reconciled {} orphans in {took:?}; every hint received after {:?}", report.orphans, started.elapsed());
     assert_eq!((report.orphans, report.hints_sent, report.hints_failed), (10_000, 10_000, 0));
-    assert_eq!(received.len(), 10_000, "one hint per orphan");
-    assert_eq!(received.into_iter().collect::<BTreeSet<_>>(), orphans);
+    // SQS delivers at least once; the local engine does repeat a message now and then.
+    eprintln!("{} messages received for {} orphans", received.len(), orphans.len());
+    assert_eq!(received.into_iter().collect::<BTreeSet<_>>(), orphans, "a hint for every orphan");
     // A guard against the run going quadratic, not the 30 s target (see the bench's notes).
     assert!(took < Duration::from_secs(180), "took {took:?}");
 }

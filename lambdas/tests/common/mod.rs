@@ -485,7 +485,8 @@ pub async fn seed(table: &LeaseTable, items: Vec<Seed>) {
 /// Consumes hints while they are sent, as a fleet of workers would: `consumers` receivers that
 /// long-poll for `wait_seconds` and delete what they receive. Keeping the queue short matters on
 /// the local engine, whose SendMessage cost grows with the number of messages waiting. Returns
-/// the ids received once `expected` have arrived (or whatever arrived by `limit`).
+/// every id received (duplicates included) once `expected` distinct ids have arrived, or
+/// whatever arrived by `limit`.
 pub fn drain(
     hints: &SqsHints,
     expected: usize,
@@ -496,7 +497,7 @@ pub fn drain(
     let hints = hints.clone();
     tokio::spawn(async move {
         let until = Instant::now() + limit;
-        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::with_capacity(expected)));
+        let received = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), std::collections::HashSet::new())));
         let count = std::sync::Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..consumers)
             .map(|_| {
@@ -537,8 +538,13 @@ pub fn drain(
                             .iter()
                             .map(|m| Hint::from_json(m.body().unwrap_or_default()).expect("a hint body").connection_id)
                             .collect();
-                        count.fetch_add(ids.len() as u64, Ordering::SeqCst);
-                        received.lock().unwrap().extend(ids);
+                        {
+                            // Delivery is at least once: stop on distinct ids, keep every copy.
+                            let (all, distinct) = &mut *received.lock().unwrap();
+                            distinct.extend(ids.iter().cloned());
+                            all.extend(ids);
+                            count.store(distinct.len() as u64, Ordering::SeqCst);
+                        }
                         let _ = hints
                             .client()
                             .delete_message_batch()
@@ -553,7 +559,7 @@ pub fn drain(
         for task in tasks {
             task.await.unwrap();
         }
-        let out = received.lock().unwrap().clone();
+        let out = received.lock().unwrap().0.clone();
         out
     })
 }
