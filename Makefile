@@ -43,4 +43,4 @@ demo:
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
 bench:
-	$(CARGO) bench -p leaselock-lambdas
+	lambdas/bench.sh
