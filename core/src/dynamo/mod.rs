@@ -14,9 +14,9 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, IndexStatus, KeySchemaElement, KeyType, KeysAndAttributes,
-    Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, IndexStatus, KeySchemaElement, KeyType,
+    KeysAndAttributes, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -330,17 +330,14 @@ impl LeaseTable {
                 return Err(Error::Lost { id: lease.id.clone() });
             }
             let exp = expiry_for(now, &self.config);
-            let req = UpdateRequest {
-                id: lease.id.clone(),
-                update: "SET #exp = :exp".into(),
-                condition: Some("#owner = :me AND #fence = :fence".into()),
-                names: self.names(&[("#exp", &a.expires_at_ms), ("#owner", &a.owner), ("#fence", &a.fence)]),
-                values: HashMap::from([
-                    (":exp".into(), n(exp)),
-                    (":me".into(), s(&lease.owner)),
-                    (":fence".into(), n(lease.fence)),
-                ]),
-            };
+            let req = UpdateRequest::under_lease(
+                &self.config,
+                lease,
+                "SET #exp = :exp",
+                None,
+                &[("#exp", &a.expires_at_ms)],
+                vec![(":exp", n(exp))],
+            );
             match self.update(lease.deadline_mono_ms, &req).await? {
                 Outcome::Done(item) => {
                     *lease = Lease::from_item(item, &lease.owner, sent, &self.config);
@@ -367,17 +364,14 @@ impl LeaseTable {
 
     async fn checkpoint_within_deadline(&self, lease: &mut Lease, seq: u64) -> Result<()> {
         let a = &self.config.attributes;
-        let req = UpdateRequest {
-            id: lease.id.clone(),
-            update: "SET #seq = :seq".into(),
-            condition: Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq)".into()),
-            names: self.names(&[("#seq", &a.last_seq), ("#owner", &a.owner), ("#fence", &a.fence)]),
-            values: HashMap::from([
-                (":seq".into(), n(seq)),
-                (":me".into(), s(&lease.owner)),
-                (":fence".into(), n(lease.fence)),
-            ]),
-        };
+        let req = UpdateRequest::under_lease(
+            &self.config,
+            lease,
+            "SET #seq = :seq",
+            Some("(attribute_not_exists(#seq) OR #seq < :seq)"),
+            &[("#seq", &a.last_seq)],
+            vec![(":seq", n(seq))],
+        );
         let mut attempt = 0;
         loop {
             if lease.is_past_deadline(self.clock.monotonic_ms()) {
@@ -419,6 +413,34 @@ struct UpdateRequest {
     condition: Option<String>,
     names: HashMap<String, String>,
     values: Attrs,
+}
+
+impl UpdateRequest {
+    /// An update of `lease`'s item made only while it is still this lease: owner and fence
+    /// (plus `extra`, if any) must match. `#owner`, `#fence`, `:me` and `:fence` are added.
+    fn under_lease(
+        config: &TableConfig,
+        lease: &Lease,
+        update: &str,
+        extra: Option<&str>,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Self {
+        let a = &config.attributes;
+        let condition = match extra {
+            Some(extra) => format!("#owner = :me AND #fence = :fence AND {extra}"),
+            None => "#owner = :me AND #fence = :fence".to_string(),
+        };
+        let names = names.iter().copied().chain([("#owner", a.owner.as_str()), ("#fence", a.fence.as_str())]);
+        let values = values.into_iter().chain([(":me", s(&lease.owner)), (":fence", n(lease.fence))]);
+        UpdateRequest {
+            id: lease.id.clone(),
+            update: update.to_string(),
+            condition: Some(condition),
+            names: names.map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            values: values.map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
 }
 
 /// Our own loop retries; the SDK's must not (a blind retry of an applied claim would look held).
@@ -586,17 +608,14 @@ impl LeaseStore for LeaseTable {
 
     async fn release(&self, lease: &Lease) -> Result<()> {
         let a = &self.config.attributes;
-        let req = UpdateRequest {
-            id: lease.id.clone(),
-            update: "SET #exp = :zero".into(),
-            condition: Some("#owner = :me AND #fence = :fence".into()),
-            names: self.names(&[("#exp", &a.expires_at_ms), ("#owner", &a.owner), ("#fence", &a.fence)]),
-            values: HashMap::from([
-                (":zero".into(), n(0)),
-                (":me".into(), s(&lease.owner)),
-                (":fence".into(), n(lease.fence)),
-            ]),
-        };
+        let req = UpdateRequest::under_lease(
+            &self.config,
+            lease,
+            "SET #exp = :zero",
+            None,
+            &[("#exp", &a.expires_at_ms)],
+            vec![(":zero", n(0))],
+        );
         let until = self.budget_until();
         let mut attempt = 0;
         loop {
