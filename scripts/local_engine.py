@@ -9,18 +9,30 @@ moto also snapshots every table a transaction touches (a deep copy of all its it
 back a cancelled transaction, which makes each TransactWriteItems slower as tables grow. Here a
 transaction snapshots only the items it touches and restores those.
 
+moto's SQS computes every queue attribute, message counts included (each a walk over every message
+in the queue), whenever code reads one, and SendMessage reads one per message: each send costs
+time in proportion to the queue's length. Here the counts are computed only when they are read.
+Its DeleteMessage walks the queue twice per receipt handle, building a list per message, and
+replaces the message list without the lock SendMessage appends under (a message sent meanwhile
+can be lost). Here one walk under that lock deletes a whole batch. And ReceiveMessage reads the
+clock twice per message in the queue to find the visible ones; here it reads it once per call.
+
     python scripts/local_engine.py [-H 127.0.0.1] [-p 4566]
 """
 
 import argparse
 import copy
 import threading
+from collections.abc import Mapping
 
 import moto.dynamodb.models as dynamodb_models
 from moto.dynamodb.models import DynamoDBBackend
+from moto.core.utils import unix_time_millis
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.server import MotoRequestHandler
+from moto.sqs.exceptions import ReceiptHandleIsInvalid
+from moto.sqs.models import Queue, SQSBackend
 from werkzeug.serving import run_simple
 
 
@@ -68,6 +80,95 @@ def _transact_write_items(self, transact_items):
 
 dynamodb_models.copy = _TablesAreNotCopied()
 DynamoDBBackend.transact_write_items = _transact_write_items
+
+_MESSAGE_COUNTS = {
+    "ApproximateNumberOfMessages": "approximate_number_of_messages",
+    "ApproximateNumberOfMessagesDelayed": "approximate_number_of_messages_delayed",
+    "ApproximateNumberOfMessagesNotVisible": "approximate_number_of_messages_not_visible",
+}
+_moto_queue_attributes = Queue.attributes.fget
+
+
+class _CountsLeftOut:
+    """A queue as moto's attribute code sees it, with every message count 0 (not walked)."""
+
+    def __init__(self, queue):
+        self._queue = queue
+
+    def __getattr__(self, name):
+        return 0 if name in _MESSAGE_COUNTS.values() else getattr(self._queue, name)
+
+
+class _QueueAttributes(Mapping):
+    """moto's attributes of a queue, with the message counts computed when they are read."""
+
+    def __init__(self, queue):
+        self._queue = queue
+        self._static = _moto_queue_attributes(_CountsLeftOut(queue))
+
+    def __getitem__(self, name):
+        if name in _MESSAGE_COUNTS:
+            return getattr(self._queue, _MESSAGE_COUNTS[name])
+        return self._static[name]
+
+    def __iter__(self):
+        return iter(self._static)
+
+    def __len__(self):
+        return len(self._static)
+
+
+Queue.attributes = property(_QueueAttributes)
+
+
+def _delete_handles(queue, handles):
+    """Deletes the messages that ever had one of `handles`; returns the handles that were known."""
+    known = {h for h in handles if h in queue.deleted_messages}
+    with queue._messages_lock:
+        kept = []
+        for message in queue._messages:
+            mine = [h for h in (message.receipt_handle, *message._old_receipt_handles) if h in handles]
+            if mine:
+                known.update(mine)
+                queue.pending_messages.discard(message)
+                queue.deleted_messages.update(message.all_receipt_handles)
+            else:
+                kept.append(message)
+        queue._messages = kept
+    return known
+
+
+def _queue_delete_message(self, receipt_handle):
+    if receipt_handle not in _delete_handles(self, {receipt_handle}):
+        raise ReceiptHandleIsInvalid()
+
+
+def _delete_message_batch(self, queue_name, receipts):
+    known = _delete_handles(self.get_queue(queue_name), {r["ReceiptHandle"] for r in receipts})
+    success, errors = [], []
+    for r in receipts:
+        if r["ReceiptHandle"] in known:
+            success.append(r["Id"])
+        else:
+            errors.append(
+                {
+                    "Id": r["Id"],
+                    "SenderFault": True,
+                    "Code": "ReceiptHandleIsInvalid",
+                    "Message": f'The input receipt handle "{r["ReceiptHandle"]}" is not a valid receipt handle.',
+                }
+            )
+    return success, errors
+
+
+def _visible_messages(self):
+    now = unix_time_millis()
+    return [m for m in self._messages if now > m.visible_at and now >= m.delayed_until]
+
+
+Queue.messages = property(_visible_messages)
+Queue.delete_message = _queue_delete_message
+SQSBackend.delete_message_batch = _delete_message_batch
 
 
 class OneDynamoDBRequestAtATime:
