@@ -1,6 +1,8 @@
 """Checks that template.yaml (SAM, at its parameter defaults) and the CDK app's synthesized template
 deploy the same coordinator: table and index, queues, function settings and LEASELOCK_* variables,
-IAM statements, routes and their auth, schedule, alarms and dashboard metrics.
+IAM statements, routes and their auth, the command queue's event source mapping, schedule, alarms
+and dashboard metrics. It also checks on each side that a queue feeding a function stays invisible
+for at least 6x the function's timeout (AWS's advice for Lambda event sources).
 
 Usage: .venv/bin/python infra/sam-parity.py template.yaml infra/cdk.out/Leaselock.template.json
 """
@@ -77,10 +79,43 @@ class Deployment:
                 "PointInTimeRecoverySpecification", "SSESpecification", "DeletionProtectionEnabled"]
         return {key: props.get(key) for key in keys}
 
+    QUEUE_KEYS = ["SqsManagedSseEnabled", "RedrivePolicy", "MessageRetentionPeriod", "VisibilityTimeout"]
+
+    def queue(self, name):
+        props = self.norm(self.resources[name]["Properties"])
+        return {key: props.get(key) for key in self.QUEUE_KEYS}
+
     def queues(self):
-        keys = ["SqsManagedSseEnabled", "RedrivePolicy", "MessageRetentionPeriod", "VisibilityTimeout"]
-        queues = [{key: p.get(key) for key in keys} for p in self.norm(list(self.of_type("AWS::SQS::Queue").values()))]
-        return sorted(queues, key=json.dumps)
+        return sorted((self.queue(name) for name in self.of_type("AWS::SQS::Queue")), key=json.dumps)
+
+    def event_sources(self):
+        """Each event source mapping, with the function it invokes by role (router or reconciler)
+        and the queue it polls by its settings."""
+        mappings = []
+        for props in self.of_type("AWS::Lambda::EventSourceMapping").values():
+            mapping = self.norm({key: v for key, v in props.items() if key not in ("EventSourceArn", "FunctionName")})
+            mapping["Function"] = self.function_role(props["FunctionName"]["Ref"])
+            mapping["Queue"] = self.queue(props["EventSourceArn"]["Fn::GetAtt"][0])
+            mappings.append(mapping)
+        return sorted(mappings, key=json.dumps)
+
+    def event_source_timeouts(self):
+        """Problems with the visibility timeout of queues feeding functions: at least 6x the timeout."""
+        problems = []
+        for props in self.of_type("AWS::Lambda::EventSourceMapping").values():
+            function = self.resources[props["FunctionName"]["Ref"]]["Properties"]
+            queue = self.resources[props["EventSourceArn"]["Fn::GetAtt"][0]]["Properties"]
+            timeout, visibility = int(function.get("Timeout", 3)), int(queue.get("VisibilityTimeout", 30))
+            window = int(props.get("MaximumBatchingWindowInSeconds", 0))
+            if visibility < 6 * timeout + window:
+                problems.append(f"{self.function_role(props['FunctionName']['Ref'])}: visibility {visibility} s "
+                                f"< 6 x timeout {timeout} s + batching window {window} s")
+        return problems
+
+    @staticmethod
+    def function_role(name):
+        [role] = [word for word in ("Router", "Reconciler") if word in name]
+        return role
 
     def function(self, word):
         props = self.one("AWS::Lambda::Function", word)
@@ -139,7 +174,8 @@ def main(sam_path, cdk_path):
         cdk = Deployment(json.load(f))
     checks = {
         "lease table and orphan index": lambda d: d.table(),
-        "hint queue and dead-letter queue": lambda d: d.queues(),
+        "queues and their dead-letter queues": lambda d: d.queues(),
+        "event sources (command queue -> router)": lambda d: d.event_sources(),
         "router settings and LEASELOCK_* variables": lambda d: d.function("Router"),
         "reconciler settings and LEASELOCK_* variables": lambda d: d.function("Reconciler"),
         "router permissions": lambda d: d.permissions("Router"),
@@ -157,7 +193,14 @@ def main(sam_path, cdk_path):
         else:
             failed += 1
             print(f"not ok - {name}\n  SAM: {json.dumps(expected)}\n  CDK: {json.dumps(actual)}")
-    print(f"parity: {len(checks) - failed} passed, {failed} failed")
+    for side, deployment in (("SAM", sam), ("CDK", cdk)):
+        problems = deployment.event_source_timeouts()
+        if problems:
+            failed += 1
+            print(f"not ok - {side}: queue visibility timeouts of event sources\n  " + "\n  ".join(problems))
+        else:
+            print(f"ok - {side}: queue visibility timeouts of event sources")
+    print(f"parity: {len(checks) + 2 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

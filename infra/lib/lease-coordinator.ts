@@ -23,6 +23,11 @@ const CARGO_LAMBDA_OUTPUT = path.resolve(__dirname, '..', '..', 'target', 'lambd
 
 const LOG_RETENTION = logs.RetentionDays.ONE_MONTH;
 
+const ROUTER_TIMEOUT = Duration.seconds(10);
+
+/** Commands the router takes from the command queue per invocation. */
+const COMMAND_BATCH_SIZE = 10;
+
 export interface LeaseCoordinatorProps {
   /** Name of the sparse orphan index. @default 'desired_state-lease_expires_at_ms-index' */
   readonly indexName?: string;
@@ -42,7 +47,7 @@ export interface LeaseCoordinatorProps {
   readonly orphanAlarmPeriods?: number;
   /** @default true */
   readonly deletionProtection?: boolean;
-  /** Notified by both alarms. @default - no notification */
+  /** Notified by every alarm. @default - no notification */
   readonly alarmTopic?: sns.ITopic;
   /** Directory holding the router's `bootstrap`. @default '../target/lambda/router' */
   readonly routerCodeDir?: string;
@@ -52,7 +57,8 @@ export interface LeaseCoordinatorProps {
 
 /**
  * The lease table with its sparse orphan index, the START hint queue and its dead-letter queue,
- * the router behind an IAM-authorised HTTP API, the scheduled reconciler, alarms and a dashboard.
+ * the router behind an IAM-authorised HTTP API and fed by a command queue (with its own dead-letter
+ * queue), the scheduled reconciler, alarms and a dashboard.
  */
 export class LeaseCoordinator extends Construct {
   readonly table: dynamodb.Table;
@@ -61,6 +67,9 @@ export class LeaseCoordinator extends Construct {
   readonly indexArn: string;
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
+  /** START/STOP commands for the router, one JSON command per message. */
+  readonly commandQueue: sqs.Queue;
+  readonly commandDeadLetterQueue: sqs.Queue;
   readonly api: apigwv2.HttpApi;
   readonly router: lambda.Function;
   readonly reconciler: lambda.Function;
@@ -102,6 +111,19 @@ export class LeaseCoordinator extends Construct {
       enforceSSL: true,
       deadLetterQueue: { queue: this.deadLetterQueue, maxReceiveCount: 5 },
     });
+    this.commandDeadLetterQueue = new sqs.Queue(this, 'CommandDeadLetterQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(14),
+    });
+    this.commandQueue = new sqs.Queue(this, 'CommandQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      // At least 6x the router's timeout, as AWS advises for a Lambda event source: a batch whose
+      // invocation is being retried (throttling) must not become visible again meanwhile.
+      visibilityTimeout: Duration.seconds(6 * ROUTER_TIMEOUT.toSeconds()),
+      deadLetterQueue: { queue: this.commandDeadLetterQueue, maxReceiveCount: 5 },
+    });
 
     this.environment = {
       LEASELOCK_TABLE: this.table.tableName,
@@ -117,14 +139,26 @@ export class LeaseCoordinator extends Construct {
     this.router = this.leaseFunction('Router', {
       codeDir: props.routerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'router'),
       description: 'Sets desired_state for START/STOP requests and sends a hint for START.',
-      timeout: Duration.seconds(10),
+      timeout: ROUTER_TIMEOUT,
       statements: [
         new iam.PolicyStatement({
           actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
           resources: [this.table.tableArn],
         }),
         this.sendHintsStatement(),
+        // What the event source mapping below needs, no more (SqsEventSource would grant sqs:GetQueueUrl too).
+        new iam.PolicyStatement({
+          actions: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility'],
+          resources: [this.commandQueue.queueArn],
+        }),
       ],
+    });
+    // No batching window: a command is applied as soon as it is polled. Records the router cannot
+    // process yet are reported one by one, not the whole batch.
+    this.router.addEventSourceMapping('CommandQueueSource', {
+      eventSourceArn: this.commandQueue.queueArn,
+      batchSize: COMMAND_BATCH_SIZE,
+      reportBatchItemFailures: true,
     });
     this.reconciler = this.leaseFunction('Reconciler', {
       codeDir: props.reconcilerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'reconciler'),
@@ -187,6 +221,8 @@ export class LeaseCoordinator extends Construct {
     new CfnOutput(this, 'IndexName', { value: this.indexName });
     new CfnOutput(this, 'QueueUrl', { value: this.queue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.deadLetterQueue.queueUrl });
+    new CfnOutput(this, 'CommandQueueUrl', { value: this.commandQueue.queueUrl });
+    new CfnOutput(this, 'CommandDeadLetterQueueUrl', { value: this.commandDeadLetterQueue.queueUrl });
     new CfnOutput(this, 'ApiUrl', { value: this.api.apiEndpoint });
   }
 
@@ -230,16 +266,28 @@ export class LeaseCoordinator extends Construct {
   }
 
   private addAlarms(orphanAlarmPeriods: number, topic: sns.ITopic | undefined): void {
-    const alarms = [
-      this.deadLetterQueue
+    // Any message in a dead-letter queue.
+    const deadLetterAlarm = (queue: sqs.Queue, id: string, alarmDescription: string) =>
+      queue
         .metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: 'Maximum' })
-        .createAlarm(this, 'DeadLetterQueueAlarm', {
-          alarmDescription: 'START hints reached the dead-letter queue after 5 failed receives.',
+        .createAlarm(this, id, {
+          alarmDescription,
           threshold: 0,
           comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
           evaluationPeriods: 1,
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-        }),
+        });
+    const alarms = [
+      deadLetterAlarm(
+        this.deadLetterQueue,
+        'DeadLetterQueueAlarm',
+        'START hints reached the dead-letter queue after 5 failed receives.',
+      ),
+      deadLetterAlarm(
+        this.commandDeadLetterQueue,
+        'CommandDeadLetterQueueAlarm',
+        'START/STOP commands reached the command dead-letter queue after 5 failed receives.',
+      ),
       // Minimum: every reconciler run in the period found orphans, not just one.
       leaseMetric(this.metricsNamespace, 'reconciler', 'Orphans', 'Minimum').createAlarm(this, 'OrphansAlarm', {
         alarmDescription: 'Started work has had no live lease for several consecutive periods.',

@@ -78,20 +78,65 @@ describe('LeaseCoordinator', () => {
     });
   });
 
-  test('the hint queue redrives to an encrypted dead-letter queue after 5 receives', () => {
+  test('the hint and command queues each redrive to an encrypted dead-letter queue of their own after 5 receives', () => {
     const { stack, coordinator, template } = synth();
-    template.resourceCountIs('AWS::SQS::Queue', 2);
-    template.hasResourceProperties('AWS::SQS::Queue', {
-      SqsManagedSseEnabled: true,
-      RedrivePolicy: {
-        deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(stack, coordinator.deadLetterQueue), 'Arn'] },
-        maxReceiveCount: 5,
-      },
+    const queues = template.findResources('AWS::SQS::Queue');
+    assert.equal(Object.keys(queues).length, 4);
+    const pairs = [
+      [coordinator.queue, coordinator.deadLetterQueue],
+      [coordinator.commandQueue, coordinator.commandDeadLetterQueue],
+    ];
+    for (const [queue, deadLetterQueue] of pairs) {
+      const props = queues[logicalId(stack, queue)].Properties;
+      assert.equal(props.SqsManagedSseEnabled, true);
+      assert.deepEqual(props.RedrivePolicy, { deadLetterTargetArn: arnOf(stack, deadLetterQueue), maxReceiveCount: 5 });
+      const deadLetterProps = queues[logicalId(stack, deadLetterQueue)].Properties;
+      assert.equal(deadLetterProps.SqsManagedSseEnabled, true);
+      assert.equal(deadLetterProps.RedrivePolicy, undefined);
+      assert.equal(deadLetterProps.MessageRetentionPeriod, 14 * 24 * 3600);
+    }
+  });
+
+  test('every queue refuses requests without TLS', () => {
+    const { template } = synth();
+    const policies = Object.values(template.findResources('AWS::SQS::QueuePolicy'));
+    const covered = policies
+      .filter((policy) =>
+        policy.Properties.PolicyDocument.Statement.some(
+          (statement: { Effect: string; Condition?: unknown }) =>
+            statement.Effect === 'Deny' &&
+            JSON.stringify(statement.Condition) === JSON.stringify({ Bool: { 'aws:SecureTransport': 'false' } }),
+        ),
+      )
+      .flatMap((policy) => policy.Properties.Queues.map((queue: { Ref: string }) => queue.Ref));
+    assert.equal(covered.length, 4);
+    assert.deepEqual(covered.sort(), Object.keys(template.findResources('AWS::SQS::Queue')).sort());
+  });
+
+  test('the router takes commands from the command queue in batches of 10, reporting failed records one by one', () => {
+    const { stack, coordinator, template } = synth();
+    const mappings = Object.values(template.findResources('AWS::Lambda::EventSourceMapping'));
+    assert.equal(mappings.length, 1);
+    assert.deepEqual(mappings[0].Properties, {
+      EventSourceArn: arnOf(stack, coordinator.commandQueue),
+      FunctionName: { Ref: logicalId(stack, coordinator.router) },
+      BatchSize: 10,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
     });
-    template.hasResourceProperties('AWS::SQS::Queue', {
-      SqsManagedSseEnabled: true,
-      RedrivePolicy: Match.absent(),
-    });
+  });
+
+  test('the command queue stays invisible for at least 6x the router timeout plus its batching window', () => {
+    const { stack, coordinator, template } = synth();
+    const [mapping] = Object.values(template.findResources('AWS::Lambda::EventSourceMapping'));
+    const router = template.findResources('AWS::Lambda::Function')[logicalId(stack, coordinator.router)];
+    const queue = template.findResources('AWS::SQS::Queue')[logicalId(stack, coordinator.commandQueue)];
+    const timeout: number = router.Properties.Timeout;
+    const window: number = mapping.Properties.MaximumBatchingWindowInSeconds ?? 0;
+    assert.equal(timeout, 10);
+    assert.ok(
+      queue.Properties.VisibilityTimeout >= 6 * timeout + window,
+      `visibility ${queue.Properties.VisibilityTimeout} s < 6 x ${timeout} s + ${window} s`,
+    );
   });
 
   test('every route of the API requires IAM auth, and only the three router routes exist', () => {
@@ -138,12 +183,17 @@ describe('LeaseCoordinator', () => {
     }
   });
 
-  test('the router may only get and update lease items and send hints', () => {
+  test('the router may only get and update lease items, send hints and consume the command queue', () => {
     const { stack, coordinator, template } = synth();
     assert.deepEqual(statementsOf(template, stack, coordinator.router.role!), [
       logsStatement(stack, coordinator.router),
       { Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
       { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
+      {
+        Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility'],
+        Effect: 'Allow',
+        Resource: arnOf(stack, coordinator.commandQueue),
+      },
     ]);
   });
 
@@ -181,16 +231,20 @@ describe('LeaseCoordinator', () => {
     );
   });
 
-  test('an alarm fires on any message in the dead-letter queue', () => {
+  test('an alarm fires on any message in either dead-letter queue', () => {
     const { stack, coordinator, template } = synth();
-    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      Namespace: 'AWS/SQS',
-      MetricName: 'ApproximateNumberOfMessagesVisible',
-      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(stack, coordinator.deadLetterQueue), 'QueueName'] } }],
-      ComparisonOperator: 'GreaterThanThreshold',
-      Threshold: 0,
-      EvaluationPeriods: 1,
-    });
+    for (const queue of [coordinator.deadLetterQueue, coordinator.commandDeadLetterQueue]) {
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(stack, queue), 'QueueName'] } }],
+        Statistic: 'Maximum',
+        Period: 60,
+        ComparisonOperator: 'GreaterThanThreshold',
+        Threshold: 0,
+        EvaluationPeriods: 1,
+      });
+    }
   });
 
   test('an alarm fires when orphans persist for N periods (default 5)', () => {
@@ -207,12 +261,12 @@ describe('LeaseCoordinator', () => {
     synth({ orphanAlarmPeriods: 3 }).template.hasResourceProperties('AWS::CloudWatch::Alarm', orphansAlarm(3));
   });
 
-  test('both alarms notify the alarm topic when one is given', () => {
+  test('every alarm notifies the alarm topic when one is given', () => {
     const stack = new Stack(testApp(), 'Test');
     const topic = new sns.Topic(stack, 'Topic');
     new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), alarmTopic: topic });
     const alarms = Object.values(Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm'));
-    assert.equal(alarms.length, 2);
+    assert.equal(alarms.length, 3);
     for (const alarm of alarms) {
       assert.deepEqual(alarm.Properties.AlarmActions, [{ Ref: logicalId(stack, topic) }]);
     }
@@ -235,7 +289,15 @@ describe('LeaseCoordinator', () => {
 
   test('the outputs name the table, index, queues and API', () => {
     const outputs = Object.keys(synth().template.findOutputs('*')).map((id) => id.replace(/^Coordinator|[0-9A-F]{8}$/g, ''));
-    assert.deepEqual(outputs.sort(), ['ApiUrl', 'DeadLetterQueueUrl', 'IndexName', 'QueueUrl', 'TableName']);
+    assert.deepEqual(outputs.sort(), [
+      'ApiUrl',
+      'CommandDeadLetterQueueUrl',
+      'CommandQueueUrl',
+      'DeadLetterQueueUrl',
+      'IndexName',
+      'QueueUrl',
+      'TableName',
+    ]);
   });
 
   test('a missing bootstrap fails synthesis with the build command to run', () => {
