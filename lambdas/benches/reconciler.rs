@@ -1,16 +1,13 @@
 //! The reconciler over 10,000 orphans on the local engine: seeds the table, runs one
-//! reconciliation while a fleet of consumers drains the hint queue, and records the time in
-//! `bench-results/reconciler.txt`. Run it with `lambdas/bench.sh` (or under
+//! reconciliation as the Lambda handler does (default options, a deadline taken from an invocation
+//! deadline of the default 30 s budget) while a fleet of consumers drains the hint queue, and
+//! records the time in `bench-results/reconciler.txt`. The run must be complete: every orphan
+//! hinted before the deadline. Run it with `lambdas/bench.sh` (or under
 //! `scripts/with-services.sh cargo bench -p leaselock-lambdas --bench reconciler`).
 //!
 //! Knobs: `LEASELOCK_BENCH_ORPHANS` (10000), `LEASELOCK_BENCH_CONSUMERS` (8),
-//! `LEASELOCK_BENCH_WAIT_S` (the consumers' long poll, 1), `LEASELOCK_BENCH_CONCURRENCY` (2).
-//!
-//! Why a draining fleet and 2 batches in flight: the local engine's SendMessage walks every message
-//! waiting in the queue, so 10,000 hints into an undrained queue cost many minutes there
-//! (quadratic), and more batches in flight than the consumers drain lengthen the queue the same
-//! way (4 in flight took twice as long as 2 here). Real SQS has neither cost, and the Lambda keeps
-//! its default of 16 batches in flight.
+//! `LEASELOCK_BENCH_WAIT_S` (the consumers' long poll, 1), `LEASELOCK_BENCH_CONCURRENCY` (batches
+//! in flight, the Lambda's 16), `LEASELOCK_BENCH_BUDGET_S` (the invocation's time limit, 30).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use leaselock::lease::claim_cutoff;
 use leaselock::{DesiredState, LeaseStore, TableConfig};
-use leaselock_lambdas::reconciler::{self, Options};
+use leaselock_lambdas::reconciler::{self, Options, CONCURRENT_BATCHES};
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -42,7 +39,7 @@ async fn main() {
     let Some(sdk) = services("reconciler bench").await else { return };
     let orphans = knob("LEASELOCK_BENCH_ORPHANS", 10_000);
     let consumers = knob("LEASELOCK_BENCH_CONSUMERS", 8);
-    let options = Options { concurrency: knob("LEASELOCK_BENCH_CONCURRENCY", 2), ..Options::default() };
+    let budget = Duration::from_secs(knob("LEASELOCK_BENCH_BUDGET_S", 30) as u64);
 
     let store = table(&sdk, TableConfig::new(unique_name("ll-bench"))).await;
     let hints = queue(&sdk).await;
@@ -76,6 +73,14 @@ async fn main() {
             }
         })
     };
+    // What the handler does with an invocation deadline `budget` from now.
+    let invocation_deadline = std::time::SystemTime::now() + budget;
+    let deadline_ms = invocation_deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let options = Options {
+        concurrency: knob("LEASELOCK_BENCH_CONCURRENCY", CONCURRENT_BATCHES),
+        deadline: reconciler::run_deadline(deadline_ms, std::time::SystemTime::now()),
+        ..Options::default()
+    };
     let report = reconciler::reconcile_with(&store, &hints, options).await.expect("reconcile");
     let reconcile = started.elapsed();
     eprintln!("reconciled {} orphans in {}", report.orphans, secs(reconcile));
@@ -90,6 +95,7 @@ async fn main() {
     let listed = store.orphans(cutoff, None).await.expect("orphan query").len();
     let listing = listed_at.elapsed();
 
+    assert!(report.complete, "the run was cut short: {:?} ({report:?})", report.cut_short);
     assert_eq!((report.orphans, report.hints_sent, report.hints_failed), (orphans as u64, orphans as u64, 0));
     assert_eq!(unique, orphans, "every orphan's hint arrives");
     assert_eq!(listed, orphans);
@@ -99,6 +105,15 @@ async fn main() {
         .unwrap();
     writeln!(out, "reconcile (orphan query + {} SendMessageBatch + counts): {}", orphans.div_ceil(10), secs(reconcile))
         .unwrap();
+    writeln!(
+        out,
+        "budget: {} invocation, {} reserve; complete within it: {} ({:.0} % of the budget used)",
+        secs(budget),
+        secs(reconciler::DEADLINE_RESERVE),
+        report.complete,
+        100.0 * reconcile.as_secs_f64() / budget.as_secs_f64()
+    )
+    .unwrap();
     writeln!(out, "every hint received by {consumers} consumers: {}", secs(delivered)).unwrap();
     writeln!(out, "orphan query alone ({} pages): {}", orphans.div_ceil(options.page_size), secs(listing)).unwrap();
     writeln!(out, "seeding with BatchWriteItem (not part of the run): {}", secs(seeding)).unwrap();

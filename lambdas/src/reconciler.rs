@@ -4,15 +4,16 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use futures::{stream, StreamExt};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use leaselock::lease::claim_cutoff;
-use leaselock::{DesiredState, LeaseItem, LeaseStore, LeaseTable, MemoryStore, OrphanCursor};
+use leaselock::{DesiredState, LeaseItem, LeaseStore, LeaseTable, MemoryStore, OrphanCursor, OrphanPage};
 use serde::Serialize;
 use serde_json::Value;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::emf::EmfWriter;
@@ -105,6 +106,13 @@ pub struct Report {
     pub hints_sent: u64,
     /// Hints still refused after every retry.
     pub hints_failed: u64,
+    /// Orphans read but not hinted because the run's deadline came first.
+    pub hints_deferred: u64,
+    /// Every page of the index was read and every orphan offered a hint.
+    pub complete: bool,
+    /// Why the run was not complete.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<String>,
     /// STARTED items (orphans + owned); `None` when the count failed.
     pub started: Option<u64>,
     pub stopped: Option<u64>,
@@ -116,8 +124,13 @@ pub struct Report {
 impl Report {
     /// The metrics to emit (counts that failed are left out rather than reported as zero).
     pub fn metrics(&self) -> Vec<(&'static str, u64)> {
-        let mut metrics =
-            vec![("Orphans", self.orphans), ("HintsSent", self.hints_sent), ("HintsFailed", self.hints_failed)];
+        let mut metrics = vec![
+            ("Orphans", self.orphans),
+            ("HintsSent", self.hints_sent),
+            ("HintsFailed", self.hints_failed),
+            ("HintsDeferred", self.hints_deferred),
+            ("Incomplete", u64::from(!self.complete)),
+        ];
         for (name, value) in [("Started", self.started), ("Stopped", self.stopped), ("Owned", self.owned)] {
             if let Some(value) = value {
                 metrics.push((name, value));
@@ -127,23 +140,60 @@ impl Report {
     }
 }
 
-/// Sends one batch, retrying refused entries a bounded number of times. Returns (sent, failed).
-async fn send_batch_with_retry(hints: &dyn HintSender, batch: Vec<Hint>) -> (u64, u64) {
+/// What became of the hints of a run, or of one part of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    sent: u64,
+    /// Refused after every attempt.
+    failed: u64,
+    /// Not offered (or not retried) because the run's deadline came first.
+    deferred: u64,
+}
+
+impl std::ops::Add for Tally {
+    type Output = Tally;
+    fn add(self, o: Tally) -> Tally {
+        Tally { sent: self.sent + o.sent, failed: self.failed + o.failed, deferred: self.deferred + o.deferred }
+    }
+}
+
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Waits `pause`, or returns false at once if the deadline comes before it is over.
+async fn pause_within(pause: Duration, deadline: Option<Instant>) -> bool {
+    if deadline.is_some_and(|d| Instant::now() + pause >= d) {
+        return false;
+    }
+    tokio::time::sleep(pause).await;
+    true
+}
+
+/// Sends one batch, retrying refused entries a bounded number of times, and no try starting
+/// after the deadline.
+async fn send_batch_with_retry(hints: &dyn HintSender, batch: Vec<Hint>, deadline: Option<Instant>) -> Tally {
     let total = batch.len() as u64;
     let mut pending = batch;
     for attempt in 0..SEND_ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+        let may_try = if attempt == 0 {
+            !passed(deadline)
+        } else {
+            pause_within(Duration::from_millis(50 << attempt), deadline).await
+        };
+        if !may_try {
+            let deferred = pending.len() as u64;
+            return Tally { sent: total - deferred, failed: 0, deferred };
         }
         match hints.send_batch(&pending).await {
-            Ok(failed) if failed.is_empty() => return (total, 0),
+            Ok(failed) if failed.is_empty() => return Tally { sent: total, ..Tally::default() },
             Ok(failed) => pending = failed.into_iter().filter_map(|i| pending.get(i).cloned()).collect(),
             Err(e) => warn!(error = %e, attempt, hints = pending.len(), "hint batch failed"),
         }
     }
     let failed = pending.len() as u64;
     warn!(failed, "hints not sent after {SEND_ATTEMPTS} attempts; the next run sends them again");
-    (total - failed, failed)
+    Tally { sent: total - failed, failed, deferred: 0 }
 }
 
 /// How a run reads and sends.
@@ -153,56 +203,118 @@ pub struct Options {
     pub page_size: usize,
     /// Hint batches (of up to [`MAX_BATCH`]) in flight at once.
     pub concurrency: usize,
+    /// No request starts after this instant: what is not read or hinted by then is left to the
+    /// next run (the report says so). `None`: no limit.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { page_size: PAGE_SIZE, concurrency: CONCURRENT_BATCHES }
+        Options { page_size: PAGE_SIZE, concurrency: CONCURRENT_BATCHES, deadline: None }
     }
 }
 
-/// Reads every orphan below `cutoff_ms`. The store retries within its own budget; a page whose
-/// query still failed is tried again here, so one slow moment does not cost the whole run.
-async fn list_orphans<S: LeaseStore + ?Sized>(
+/// Reads one page of orphans. The store retries within its own budget; a page whose query still
+/// failed is tried again here (while the deadline allows), so one slow moment does not cost the run.
+async fn read_page<S: LeaseStore + ?Sized>(
     store: &S,
     cutoff_ms: u64,
-    page_size: usize,
-) -> leaselock::Result<Vec<LeaseItem>> {
-    let mut orphans = Vec::new();
-    let mut after: Option<OrphanCursor> = None;
+    options: &Options,
+    after: Option<OrphanCursor>,
+) -> leaselock::Result<OrphanPage> {
+    let mut attempt = 1;
     loop {
-        let mut attempt = 1;
-        let page = loop {
-            match store.orphans_page(cutoff_ms, page_size, after.clone()).await {
-                Ok(page) => break page,
-                Err(e @ (leaselock::Error::Throttled | leaselock::Error::Store(_))) if attempt < PAGE_ATTEMPTS => {
-                    warn!(error = %e, attempt, "orphan query failed, trying again");
-                    tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
+        match store.orphans_page(cutoff_ms, options.page_size, after.clone()).await {
+            Ok(page) => return Ok(page),
+            Err(e @ (leaselock::Error::Throttled | leaselock::Error::Store(_)))
+                if attempt < PAGE_ATTEMPTS
+                    && pause_within(Duration::from_millis(250 << attempt), options.deadline).await =>
+            {
+                warn!(error = %e, attempt, "orphan query failed, tried again");
+                attempt += 1;
             }
-        };
-        orphans.extend(page.items);
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(orphans),
+            Err(e) => return Err(e),
         }
     }
 }
 
 /// Sends one hint per orphan, [`MAX_BATCH`] per request, `concurrency` requests at once.
-/// Returns (sent, failed).
-async fn send_hints(hints: &dyn HintSender, orphans: &[LeaseItem], concurrency: usize) -> (u64, u64) {
+async fn send_hints(hints: &dyn HintSender, orphans: &[LeaseItem], options: &Options) -> Tally {
     stream::iter(orphans.chunks(MAX_BATCH))
-        .map(|chunk| send_batch_with_retry(hints, chunk.iter().map(|item| Hint::new(item.id.as_str())).collect()))
-        .buffer_unordered(concurrency.max(1))
-        .fold((0, 0), |(sent, failed), (s, f)| async move { (sent + s, failed + f) })
+        .map(|chunk| {
+            let batch = chunk.iter().map(|item| Hint::new(item.id.as_str())).collect();
+            send_batch_with_retry(hints, batch, options.deadline)
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .fold(Tally::default(), |total, t| async move { total + t })
         .await
 }
 
+/// What [`hint_orphans`] got done.
+#[derive(Debug, Default)]
+struct Hinted {
+    orphans: u64,
+    tally: Tally,
+    /// Why the run stopped before the end of the index, if it did.
+    cut_short: Option<String>,
+}
+
+/// Reads the orphan index page by page, sending each page's hints while the next page is read.
+/// Fails only if the first page cannot be read; a later page that cannot be read, or the
+/// deadline, ends the run early and says why.
+async fn hint_orphans<S: LeaseStore + ?Sized>(
+    store: &S,
+    hints: &dyn HintSender,
+    cutoff_ms: u64,
+    options: &Options,
+) -> leaselock::Result<Hinted> {
+    let mut done = Hinted::default();
+    let mut page = read_page(store, cutoff_ms, options, None).await?;
+    loop {
+        done.orphans += page.items.len() as u64;
+        let next = async {
+            match page.next.clone() {
+                None => Ok(None),
+                Some(_) if passed(options.deadline) => Err("the deadline came before the next page".to_string()),
+                Some(after) => read_page(store, cutoff_ms, options, Some(after))
+                    .await
+                    .map(Some)
+                    .map_err(|e| format!("reading the next page failed: {e}")),
+            }
+        };
+        let (tally, next) = tokio::join!(send_hints(hints, &page.items, options), next);
+        done.tally = done.tally + tally;
+        match next {
+            Ok(Some(next)) => page = next,
+            Ok(None) => break,
+            Err(why) => {
+                done.cut_short = Some(why);
+                break;
+            }
+        }
+    }
+    if done.cut_short.is_none() && done.tally.deferred > 0 {
+        done.cut_short = Some("the deadline came before every hint was sent".into());
+    }
+    Ok(done)
+}
+
+/// A count, or `None` (logged) when it failed or the deadline came first.
+async fn count_within<F>(what: &str, deadline: Option<Instant>, count: F) -> Option<u64>
+where
+    F: std::future::Future<Output = leaselock::Result<u64>>,
+{
+    let outcome = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, count)
+            .await
+            .unwrap_or_else(|_| Err(leaselock::Error::Store("the deadline came first".into()))),
+        None => count.await,
+    };
+    outcome.inspect_err(|e| warn!(error = %e, "counting {what} failed; the metric is left out")).ok()
+}
+
 /// One reconciliation: a hint for every orphan, and the counts. Fails only if the orphan query
-/// does; a failed count leaves its metric out.
+/// does before anything was read; a failed count leaves its metric out.
 ///
 /// `started` is `owned + orphans`, counted a moment apart: work claimed in between may be counted
 /// twice, which a metric can live with.
@@ -218,28 +330,45 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
 ) -> leaselock::Result<Report> {
     let started_at = Instant::now();
     let cutoff_ms = claim_cutoff(store.clock().now_ms(), store.config());
-    let orphans = list_orphans(store, cutoff_ms, options.page_size).await?;
-    let ((hints_sent, hints_failed), owned, stopped) = tokio::join!(
-        send_hints(hints, &orphans, options.concurrency),
-        store.count_by_state(DesiredState::Started, Some(cutoff_ms)),
-        store.count_by_state(DesiredState::Stopped, None),
+    let (hinted, owned, stopped) = tokio::join!(
+        hint_orphans(store, hints, cutoff_ms, &options),
+        count_within("owned", options.deadline, store.count_by_state(DesiredState::Started, Some(cutoff_ms))),
+        count_within("stopped", options.deadline, store.count_by_state(DesiredState::Stopped, None)),
     );
-    let counted = |what: &str, count: leaselock::Result<u64>| {
-        count.inspect_err(|e| warn!(error = %e, "counting {what} failed; the metric is left out")).ok()
-    };
-    let owned = counted("owned", owned);
-    let stopped = counted("stopped", stopped);
-    let orphans = orphans.len() as u64;
+    let Hinted { orphans, tally, cut_short } = hinted?;
+    if let Some(why) = &cut_short {
+        warn!(orphans, hints_sent = tally.sent, hints_deferred = tally.deferred, "run cut short: {why}");
+    }
     Ok(Report {
         cutoff_ms,
         orphans,
-        hints_sent,
-        hints_failed,
+        hints_sent: tally.sent,
+        hints_failed: tally.failed,
+        hints_deferred: tally.deferred,
+        complete: cut_short.is_none(),
+        cut_short,
         started: owned.map(|owned| owned + orphans),
         stopped,
         owned,
         duration_ms: started_at.elapsed().as_millis() as u64,
     })
+}
+
+/// Time kept back from the Lambda's deadline for the in-flight requests, the metrics and the
+/// response.
+pub const DEADLINE_RESERVE: Duration = Duration::from_millis(1500);
+
+/// The instant a run started now must stop starting requests, from the invocation's deadline
+/// (milliseconds since the epoch; 0 when there is none, as in tests).
+pub fn run_deadline(context_deadline_ms: u64, now: SystemTime) -> Option<Instant> {
+    if context_deadline_ms == 0 {
+        return None;
+    }
+    let remaining = (UNIX_EPOCH + Duration::from_millis(context_deadline_ms))
+        .duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .saturating_sub(DEADLINE_RESERVE);
+    Some(Instant::now() + remaining)
 }
 
 /// The reconciler failed to read the orphan index.
@@ -253,19 +382,23 @@ impl From<ReconcileError> for Diagnostic {
     }
 }
 
-/// The Lambda handler: any payload (an EventBridge schedule event) triggers one run; the report
-/// is returned and its metrics written as one EMF line.
+/// The Lambda handler: any payload (an EventBridge schedule event) triggers one run, which
+/// stops starting requests [`DEADLINE_RESERVE`] before the invocation's deadline; the report is
+/// returned and its metrics written as one EMF line.
 pub async fn handle<S: StateCounts + ?Sized, W: Write>(
-    _event: LambdaEvent<Value>,
+    event: LambdaEvent<Value>,
     store: &S,
     hints: &dyn HintSender,
     metrics: &EmfWriter<W>,
 ) -> Result<Value, ReconcileError> {
-    let report = reconcile(store, hints).await?;
+    let options = Options { deadline: run_deadline(event.context.deadline, SystemTime::now()), ..Options::default() };
+    let report = reconcile_with(store, hints, options).await?;
     info!(
         orphans = report.orphans,
         hints_sent = report.hints_sent,
         hints_failed = report.hints_failed,
+        hints_deferred = report.hints_deferred,
+        complete = report.complete,
         started = report.started,
         stopped = report.stopped,
         duration_ms = report.duration_ms,

@@ -4,6 +4,7 @@ mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent};
@@ -11,7 +12,8 @@ use leaselock::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, ManualClock, MemoryStore, OrphanCursor, OrphanPage,
     TableConfig,
 };
-use leaselock_lambdas::reconciler::{self, SEND_ATTEMPTS};
+use leaselock_lambdas::hint::{HintError, HintSender};
+use leaselock_lambdas::reconciler::{self, Options, StateCounts, SEND_ATTEMPTS};
 use leaselock_lambdas::router::RouterError;
 use leaselock_lambdas::{EmfWriter, Hint, MemoryHints};
 use serde_json::{json, Value};
@@ -173,7 +175,8 @@ async fn a_start_whose_hint_fails_still_succeeds() {
     assert!(hints.sent().is_empty());
 }
 
-/// A store whose writes fail (throttled) for ids containing "flaky".
+/// A store whose writes fail (throttled) for ids containing "flaky", and whose orphan query
+/// fails for a page that starts after one.
 struct Flaky(MemoryStore);
 
 impl Flaky {
@@ -227,6 +230,9 @@ impl LeaseStore for Flaky {
         size: usize,
         after: Option<OrphanCursor>,
     ) -> leaselock::Result<OrphanPage> {
+        if let Some(cursor) = &after {
+            Self::check(&cursor.key)?;
+        }
         self.0.orphans_page(cutoff, size, after).await
     }
     async fn owned_by(&self, owner: &str) -> leaselock::Result<Vec<LeaseItem>> {
@@ -389,4 +395,139 @@ async fn the_reconciler_accepts_any_payload() {
         reconciler::handle(event, &store, &hints, &metrics).await.unwrap();
     }
     assert_eq!(String::from_utf8(metrics.into_inner()).unwrap().lines().count(), 4);
+}
+
+/// Hints that take `delay` (tokio time) per request.
+struct SlowHints {
+    inner: MemoryHints,
+    delay: Duration,
+}
+
+impl SlowHints {
+    fn new(delay: Duration) -> Self {
+        SlowHints { inner: MemoryHints::new(), delay }
+    }
+
+    fn unique(&self) -> BTreeSet<String> {
+        self.inner.sent().into_iter().map(|h| h.connection_id).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl HintSender for SlowHints {
+    async fn send(&self, hint: &Hint) -> Result<(), HintError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.send(hint).await
+    }
+
+    async fn send_batch(&self, hints: &[Hint]) -> Result<Vec<usize>, HintError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.send_batch(hints).await
+    }
+}
+
+async fn started(n: usize) -> MemoryStore {
+    let (store, _) = memory();
+    for i in 0..n {
+        store.start(&format!("s{i:04}"), "wss://feed.example/s").await.unwrap();
+    }
+    store
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_starts_no_request_after_its_deadline() {
+    let store = started(500).await;
+    let hints = SlowHints::new(Duration::from_millis(100));
+    let began = tokio::time::Instant::now();
+    let deadline = began + Duration::from_secs(1);
+    let options = Options { concurrency: 2, deadline: Some(deadline), ..Options::default() };
+    let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
+    // 2 batches of 10 in flight, 100 ms each: 10 rounds fit before the deadline.
+    assert_eq!((report.orphans, report.hints_sent, report.hints_deferred), (500, 200, 300));
+    assert_eq!(report.hints_failed, 0);
+    assert!(!report.complete);
+    assert!(report.cut_short.as_deref().unwrap().contains("deadline"), "{:?}", report.cut_short);
+    assert_eq!(hints.unique().len(), 200);
+    assert!(began.elapsed() <= Duration::from_millis(1_100), "{:?}", began.elapsed());
+    assert!(report.metrics().contains(&("Incomplete", 1)) && report.metrics().contains(&("HintsDeferred", 300)));
+
+    // The same run without a deadline hints everything.
+    let hints = SlowHints::new(Duration::from_millis(100));
+    let options = Options { concurrency: 2, ..Options::default() };
+    let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
+    assert_eq!((report.hints_sent, report.hints_deferred, report.complete), (500, 0, true));
+    assert_eq!(report.cut_short, None);
+    assert!(report.metrics().contains(&("Incomplete", 0)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pages_are_read_while_hints_are_sent_and_none_after_the_deadline() {
+    let store = started(500).await;
+    let hints = SlowHints::new(Duration::from_millis(100));
+    let began = tokio::time::Instant::now();
+    let options = Options { page_size: 50, concurrency: 5, deadline: Some(began + Duration::from_millis(350)) };
+    let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
+    // A page's 5 batches take one round (100 ms), and the next page is read meanwhile: the pages
+    // sent at 0, 100, 200 and 300 ms go out whole; the one read at 300 ms is the last.
+    assert_eq!((report.orphans, report.hints_sent, report.hints_deferred), (250, 200, 50));
+    assert!(report.cut_short.as_deref().unwrap().contains("next page"), "{:?}", report.cut_short);
+    assert_eq!(hints.unique().len(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_page_that_cannot_be_read_ends_the_run_with_what_was_done() {
+    let (inner, _) = memory();
+    for i in 0..30 {
+        let id = if i == 9 { "s009-flaky".to_string() } else { format!("s{i:03}") };
+        inner.start(&id, "wss://feed.example/s").await.unwrap();
+    }
+    let store = Flaky(inner);
+    let hints = MemoryHints::new();
+    let options = Options { page_size: 10, ..Options::default() };
+    let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
+    assert_eq!((report.orphans, report.hints_sent, report.complete), (10, 10, false));
+    assert!(report.cut_short.as_deref().unwrap().contains("next page failed"), "{:?}", report.cut_short);
+    assert_eq!(hints.sent().len(), 10);
+}
+
+#[async_trait::async_trait]
+impl StateCounts for Flaky {
+    async fn count_by_state(&self, state: DesiredState, min: Option<u64>) -> leaselock::Result<u64> {
+        self.0.count_by_state(state, min).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_handler_keeps_a_reserve_before_the_invocation_deadline() {
+    let store = started(600).await;
+    let hints = SlowHints::new(Duration::from_millis(500));
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut context = Context::default();
+    // 1 s of work after the reserve: 2 rounds of 16 batches in flight (of 60).
+    context.deadline = now_ms + reconciler::DEADLINE_RESERVE.as_millis() as u64 + 1_000;
+    let metrics = EmfWriter::new("leaselock-test", "reconciler", Vec::new());
+    let began = tokio::time::Instant::now();
+    let report = reconciler::handle(LambdaEvent::new(json!({}), context), &store, &hints, &metrics).await.unwrap();
+    assert!(began.elapsed() <= Duration::from_millis(1_100), "{:?}", began.elapsed());
+    assert_eq!(report["complete"], false);
+    assert_eq!(report["orphans"], 600);
+    let sent = report["hints_sent"].as_u64().unwrap();
+    assert!((160..=320).contains(&sent), "sent {sent}");
+    assert_eq!(sent + report["hints_deferred"].as_u64().unwrap(), 600);
+    let emf: Value = serde_json::from_str(String::from_utf8(metrics.into_inner()).unwrap().trim()).unwrap();
+    assert_eq!(emf["Incomplete"], 1);
+    assert_eq!(emf["HintsDeferred"].as_u64(), Some(600 - sent));
+}
+
+#[test]
+fn the_run_deadline_comes_from_the_invocation_deadline() {
+    let now = UNIX_EPOCH + Duration::from_millis(T0);
+    assert_eq!(reconciler::run_deadline(0, now), None, "no deadline in the context: no limit");
+    let at = tokio::time::Instant::now();
+    let ahead = reconciler::run_deadline(T0 + 10_000, now).unwrap().duration_since(at);
+    let expected = Duration::from_millis(10_000) - reconciler::DEADLINE_RESERVE;
+    assert!(ahead >= expected && ahead < expected + Duration::from_millis(500), "{ahead:?}");
+    // Past or within the reserve: stop at once.
+    assert!(reconciler::run_deadline(T0 - 5, now).unwrap() <= tokio::time::Instant::now());
+    assert!(reconciler::run_deadline(T0 + 1_000, now).unwrap() <= tokio::time::Instant::now());
 }
