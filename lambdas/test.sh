@@ -115,7 +115,10 @@ stop_function() {
 }
 
 # invoke NAME EVENT: prints the response; fails the script when the function returns an error.
+# Every event invoked is remembered: each file in lambdas/events/ must be.
+invoked="$work/invoked"
 invoke() {
+  echo "$2" >>"$invoked"
   timeout 30 cargo lambda invoke "$1" --invoke-address 127.0.0.1 --invoke-port "$port" \
     --data-file "lambdas/events/$2" --output-format json
 }
@@ -171,11 +174,11 @@ stop_function
 log "reconciler: schedule event"
 start_function reconciler "$work/reconciler.log"
 # Left running: stream-2 (from the SQS batch), never claimed. Stopped: stream-1, stream-3, stream-5.
-check reconciler schedule.json '.orphans == 1 and .hints_sent == 1 and .started == 1 and .stopped == 3'
+check reconciler schedule.json '.orphans == 1 and .hints_sent == 1 and .started == 1 and .stopped == 3 and .complete'
 stop_function
 emf="$(grep '"_aws"' "$work/reconciler.log" | head -1)"
 jq -e '._aws.CloudWatchMetrics[0].Namespace == "leaselock-test" and .Service == "reconciler"
-       and .Orphans == 1 and .HintsSent == 1 and .Started == 1 and .Stopped == 3' >/dev/null <<<"$emf" ||
+       and .Orphans == 1 and .HintsSent == 1 and .Started == 1 and .Stopped == 3 and .Incomplete == 0' >/dev/null <<<"$emf" ||
   fail "reconciler: no EMF line with the expected metrics in its output: $(cat "$work/reconciler.log")"
 log "ok  reconciler EMF line                  $emf"
 for f in router reconciler; do
@@ -184,6 +187,10 @@ for f in router reconciler; do
   done <"$work/$f.log"
 done
 log "ok  every log line is JSON"
+for event in lambdas/events/*.json; do
+  grep -qx "$(basename "$event")" "$invoked" || fail "$event is never invoked here: give it a check"
+done
+log "ok  every sample event in lambdas/events/ was invoked and checked"
 
 # --- 4. cold starts ------------------------------------------------------------------------------
 log "cold starts ($COLD_RUNS runs each)"

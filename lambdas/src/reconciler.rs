@@ -358,17 +358,16 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
 /// response.
 pub const DEADLINE_RESERVE: Duration = Duration::from_millis(1500);
 
-/// The instant a run started now must stop starting requests, from the invocation's deadline
-/// (milliseconds since the epoch; 0 when there is none, as in tests).
+/// The instant a run started `now` must stop starting requests, from the invocation's deadline
+/// (milliseconds since the epoch). `None` (no limit) when there is none (0, as in tests) or when it
+/// is not in the future: Lambda's is always ahead, and a local emulator may send a relative
+/// timeout instead.
 pub fn run_deadline(context_deadline_ms: u64, now: SystemTime) -> Option<Instant> {
-    if context_deadline_ms == 0 {
+    let remaining = (UNIX_EPOCH + Duration::from_millis(context_deadline_ms)).duration_since(now).ok()?;
+    if remaining.is_zero() {
         return None;
     }
-    let remaining = (UNIX_EPOCH + Duration::from_millis(context_deadline_ms))
-        .duration_since(now)
-        .unwrap_or(Duration::ZERO)
-        .saturating_sub(DEADLINE_RESERVE);
-    Some(Instant::now() + remaining)
+    Some(Instant::now() + remaining.saturating_sub(DEADLINE_RESERVE))
 }
 
 /// The reconciler failed to read the orphan index.
@@ -391,7 +390,14 @@ pub async fn handle<S: StateCounts + ?Sized, W: Write>(
     hints: &dyn HintSender,
     metrics: &EmfWriter<W>,
 ) -> Result<Value, ReconcileError> {
-    let options = Options { deadline: run_deadline(event.context.deadline, SystemTime::now()), ..Options::default() };
+    let deadline = run_deadline(event.context.deadline, SystemTime::now());
+    if deadline.is_none() && event.context.deadline != 0 {
+        warn!(
+            deadline_ms = event.context.deadline,
+            "the invocation deadline has passed or is not a time; running without one"
+        );
+    }
+    let options = Options { deadline, ..Options::default() };
     let report = reconcile_with(store, hints, options).await?;
     info!(
         orphans = report.orphans,

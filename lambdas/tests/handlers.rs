@@ -527,7 +527,11 @@ fn the_run_deadline_comes_from_the_invocation_deadline() {
     let ahead = reconciler::run_deadline(T0 + 10_000, now).unwrap().duration_since(at);
     let expected = Duration::from_millis(10_000) - reconciler::DEADLINE_RESERVE;
     assert!(ahead >= expected && ahead < expected + Duration::from_millis(500), "{ahead:?}");
-    // Past or within the reserve: stop at once.
-    assert!(reconciler::run_deadline(T0 - 5, now).unwrap() <= tokio::time::Instant::now());
+    // Within the reserve: stop at once.
     assert!(reconciler::run_deadline(T0 + 1_000, now).unwrap() <= tokio::time::Instant::now());
+    // Not in the future, or not a time at all (a relative timeout, as a local emulator sends):
+    // no usable deadline.
+    assert_eq!(reconciler::run_deadline(T0, now), None);
+    assert_eq!(reconciler::run_deadline(T0 - 5, now), None);
+    assert_eq!(reconciler::run_deadline(600_000, now), None);
 }
