@@ -152,8 +152,8 @@ class Deployment:
         return rule["ScheduleExpression"], [t.get("RetryPolicy") for t in rule["Targets"]]
 
     def alarms(self):
-        keys = ["Namespace", "MetricName", "Dimensions", "Statistic", "Period", "EvaluationPeriods", "Threshold",
-                "ComparisonOperator", "TreatMissingData"]
+        keys = ["AlarmDescription", "Namespace", "MetricName", "Dimensions", "Statistic", "Period", "EvaluationPeriods",
+                "Threshold", "ComparisonOperator", "TreatMissingData"]
         alarms = [{key: p.get(key) for key in keys} for p in self.norm(list(self.of_type("AWS::CloudWatch::Alarm").values()))]
         return sorted(alarms, key=json.dumps)
 

@@ -25,6 +25,9 @@ const LOG_RETENTION = logs.RetentionDays.ONE_MONTH;
 
 const ROUTER_TIMEOUT = Duration.seconds(10);
 
+/** Consecutive one-minute periods whose reconciler runs were all cut short before the alarm fires. */
+const INCOMPLETE_ALARM_PERIODS = 3;
+
 /** Commands the router takes from the command queue per invocation. */
 const COMMAND_BATCH_SIZE = 10;
 
@@ -296,6 +299,21 @@ export class LeaseCoordinator extends Construct {
         evaluationPeriods: orphanAlarmPeriods,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
+      // Minimum: every reconciler run in the period was cut short, not just one.
+      leaseMetric(this.metricsNamespace, 'reconciler', 'Incomplete', 'Minimum').createAlarm(
+        this,
+        'ReconcilerIncompleteAlarm',
+        {
+          alarmDescription:
+            `Every reconciler run for ${INCOMPLETE_ALARM_PERIODS} consecutive minutes stopped before reading the whole ` +
+            'orphan index or hinting every orphan (cut_short in its logs says why). Raise the reconciler\'s Timeout or ' +
+            'memory, or look for DynamoDB/SQS throttling; the next runs pick up the rest.',
+          threshold: 0,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: INCOMPLETE_ALARM_PERIODS,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        },
+      ),
     ];
     if (topic) {
       alarms.forEach((alarm) => alarm.addAlarmAction(new cloudwatchActions.SnsAction(topic)));
@@ -311,13 +329,19 @@ export class LeaseCoordinator extends Construct {
     dashboard.addWidgets(
       new cloudwatch.GraphWidget({
         title: 'Reconciler: work by state',
-        width,
+        width: 8,
         left: ['Orphans', 'Started', 'Stopped', 'Owned'].map((name) => leaseMetric(ns, 'reconciler', name, 'Maximum')),
       }),
       new cloudwatch.GraphWidget({
         title: 'Reconciler: hints',
-        width,
-        left: ['HintsSent', 'HintsFailed'].map((name) => leaseMetric(ns, 'reconciler', name, 'Sum')),
+        width: 8,
+        left: ['HintsSent', 'HintsFailed', 'HintsDeferred'].map((name) => leaseMetric(ns, 'reconciler', name, 'Sum')),
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Reconciler: runs cut short (1 = incomplete)',
+        width: 8,
+        left: [leaseMetric(ns, 'reconciler', 'Incomplete', 'Maximum')],
+        leftYAxis: { min: 0, max: 1 },
       }),
     );
     dashboard.addWidgets(

@@ -261,12 +261,33 @@ describe('LeaseCoordinator', () => {
     synth({ orphanAlarmPeriods: 3 }).template.hasResourceProperties('AWS::CloudWatch::Alarm', orphansAlarm(3));
   });
 
+  test('an alarm fires when every reconciler run is cut short for 3 periods, telling what to do', () => {
+    synth({ orphanAlarmPeriods: 7 }).template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmDescription: Match.stringLikeRegexp("Raise the reconciler's Timeout or memory, or look for DynamoDB/SQS throttling"),
+      Namespace: 'leaselock',
+      MetricName: 'Incomplete',
+      Dimensions: [{ Name: 'Service', Value: 'reconciler' }],
+      Statistic: 'Minimum',
+      Period: 60,
+      EvaluationPeriods: 3,
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      TreatMissingData: 'notBreaching',
+    });
+  });
+
   test('every alarm notifies the alarm topic when one is given', () => {
     const stack = new Stack(testApp(), 'Test');
     const topic = new sns.Topic(stack, 'Topic');
     new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), alarmTopic: topic });
-    const alarms = Object.values(Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm'));
-    assert.equal(alarms.length, 3);
+    const found = Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm');
+    assert.deepEqual(Object.keys(found).map((id) => id.replace(/^Coordinator|[0-9A-F]{8}$/g, '')).sort(), [
+      'CommandDeadLetterQueueAlarm',
+      'DeadLetterQueueAlarm',
+      'OrphansAlarm',
+      'ReconcilerIncompleteAlarm',
+    ]);
+    const alarms = Object.values(found);
     for (const alarm of alarms) {
       assert.deepEqual(alarm.Properties.AlarmActions, [{ Ref: logicalId(stack, topic) }]);
     }
@@ -277,7 +298,7 @@ describe('LeaseCoordinator', () => {
     const [dashboard] = Object.values(template.findResources('AWS::CloudWatch::Dashboard'));
     const body = JSON.stringify(dashboard.Properties.DashboardBody);
     const metrics = {
-      reconciler: ['Orphans', 'Started', 'Stopped', 'Owned', 'HintsSent', 'HintsFailed'],
+      reconciler: ['Orphans', 'Started', 'Stopped', 'Owned', 'HintsSent', 'HintsFailed', 'HintsDeferred', 'Incomplete'],
       worker: ['ActiveConnections', 'Acquired', 'AcquireConflicts', 'LeasesLost', 'RenewLatency'],
     };
     for (const [service, names] of Object.entries(metrics)) {
@@ -285,6 +306,20 @@ describe('LeaseCoordinator', () => {
         assert.ok(body.includes(`[\\"leaselock\\",\\"${name}\\",\\"Service\\",\\"${service}\\"`), `${service} ${name}`);
       }
     }
+  });
+
+  test('the dashboard sums deferred hints beside sent and failed ones, and shows whether runs were cut short', () => {
+    const { template } = synth();
+    const [dashboard] = Object.values(template.findResources('AWS::CloudWatch::Dashboard'));
+    const [separator, parts] = dashboard.Properties.DashboardBody['Fn::Join'];
+    const body = JSON.parse(parts.map((part: unknown) => (typeof part === 'string' ? part : 'region')).join(separator));
+    const graphed = (title: string) => {
+      const widget = body.widgets.find((w: { properties: { title: string } }) => w.properties.title === title);
+      assert.ok(widget, title);
+      return widget.properties.metrics.map((metric: unknown[]) => `${metric[1]} ${(metric[4] as { stat: string }).stat}`);
+    };
+    assert.deepEqual(graphed('Reconciler: hints'), ['HintsSent Sum', 'HintsFailed Sum', 'HintsDeferred Sum']);
+    assert.deepEqual(graphed('Reconciler: runs cut short (1 = incomplete)'), ['Incomplete Maximum']);
   });
 
   test('the outputs name the table, index, queues and API', () => {
