@@ -8,14 +8,18 @@ FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
 
-.PHONY: test test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
 
-test: lint test-rust test-fleet test-lambdas test-infra
+test: lint test-engine test-rust test-fleet test-lambdas test-infra
 
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p leaselock --no-default-features -- -D warnings
+
+# What scripts/local_engine.py changes in moto, checked over HTTP.
+test-engine:
+	scripts/with-services.sh .venv/bin/python scripts/test_local_engine.py
 
 # Runs the tests of every crate, the Lambdas' handler tests included.
 test-rust:

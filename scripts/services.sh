@@ -13,11 +13,14 @@ URL="http://127.0.0.1:$PORT"
 answers() { curl -fs -o /dev/null --max-time 1 "$URL/moto-api/" 2>/dev/null; }
 ours() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
+# scripts/local_engine.py patches moto's internals: the version it was written against.
+MOTO_VERSION=5.2.5
+
 install() {
   scripts/venv.sh
-  if [[ ! -x .venv/bin/moto_server ]]; then
-    echo "services: installing moto server into .venv"
-    .venv/bin/pip install -q 'moto[server]' boto3
+  if [[ "$(.venv/bin/python -c 'import moto; print(moto.__version__)' 2>/dev/null)" != "$MOTO_VERSION" ]]; then
+    echo "services: installing moto server $MOTO_VERSION into .venv"
+    .venv/bin/pip install -q "moto[server]==$MOTO_VERSION" boto3
   fi
 }
 
