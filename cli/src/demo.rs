@@ -167,6 +167,27 @@ async fn held_by(table: &LeaseTable, worker: &str) -> CliResult<Vec<String>> {
     Ok(table.owned_by(worker).await?.into_iter().map(|i| i.id).collect())
 }
 
+/// Takes out of `candidates` (indexes into the fleet) the worker holding the most streams, and
+/// returns its index, name and streams: a phase aimed at a worker that holds nothing measures
+/// nothing, and which worker claims what first is a race.
+async fn busiest(
+    table: &LeaseTable,
+    fleet: &Fleet,
+    candidates: &mut Vec<usize>,
+) -> CliResult<(usize, String, Vec<String>)> {
+    let mut best: Option<(usize, String, Vec<String>)> = None;
+    for &i in candidates.iter() {
+        let name = fleet.children[i].0.clone();
+        let held = held_by(table, &name).await?;
+        if best.as_ref().is_none_or(|(_, _, most)| held.len() > most.len()) {
+            best = Some((i, name, held));
+        }
+    }
+    let best = best.ok_or_else(|| other("no worker left to test"))?;
+    candidates.retain(|&i| i != best.0);
+    Ok(best)
+}
+
 /// Polls until `check(items, now)` holds, printing a status line each second.
 async fn wait_until(
     table: &LeaseTable,
@@ -323,26 +344,26 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         ..Report::default()
     };
 
+    // Each phase picks, among the workers not yet used, the one holding the most streams.
+    let mut candidates: Vec<usize> = (0..fleet.children.len()).collect();
+
     // 1. Crash: SIGKILL, no release; the leases must expire and be claimed by others.
-    let victim = fleet.children[0].0.clone();
-    let victim_ids = held_by(&table, &victim).await?;
+    let (victim_i, victim, victim_ids) = busiest(&table, &fleet, &mut candidates).await?;
     say(t0, format!("kill -9 {victim} (holding {} streams)", victim_ids.len()));
-    fleet.signal(0, libc::SIGKILL)?;
+    fleet.signal(victim_i, libc::SIGKILL)?;
     let crash = wait_recovered(&table, &victim_ids, &victim, recovery_limit, t0).await?;
     report.crash_failover_max_ms = crash.values().map(|(ms, _)| *ms).max().unwrap_or(0);
     say(t0, format!("crash failover: max {} ms over {} streams", report.crash_failover_max_ms, crash.len()));
 
     // 2. Optionally a zombie: frozen past its deadline, its streams taken over, then thawed.
-    let mut next = 1;
     if d.zombie {
-        let zombie = fleet.children[next].0.clone();
-        let zombie_ids = held_by(&table, &zombie).await?;
+        let (zombie_i, zombie, zombie_ids) = busiest(&table, &fleet, &mut candidates).await?;
         say(t0, format!("SIGSTOP {zombie} (holding {} streams)", zombie_ids.len()));
-        fleet.signal(next, libc::SIGSTOP)?;
+        fleet.signal(zombie_i, libc::SIGSTOP)?;
         let taken = wait_recovered(&table, &zombie_ids, &zombie, recovery_limit, t0).await?;
         report.zombie_failover_max_ms = Some(taken.values().map(|(ms, _)| *ms).max().unwrap_or(0));
         say(t0, format!("SIGCONT {zombie}: it must stop, and every write it tries must be refused"));
-        fleet.signal(next, libc::SIGCONT)?;
+        fleet.signal(zombie_i, libc::SIGCONT)?;
         wait_until(&table, n, Duration::from_secs(10), t0, "the thawed worker holds nothing it lost", |items, now| {
             items.iter().all(|i| !(zombie_ids.contains(&i.id) && i.holder_at(now) == Some(zombie.as_str())))
         })
@@ -360,17 +381,15 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         }
         report.zombie_writes_accepted = Some(accepted);
         say(t0, format!("writes by the thawed worker after takeover that landed: {accepted}"));
-        next += 1;
     }
 
     // 3. Graceful: SIGTERM; the leases are released and claimed at once.
-    let leaving = fleet.children[next].0.clone();
-    let leaving_ids = held_by(&table, &leaving).await?;
+    let (leaving_i, leaving, leaving_ids) = busiest(&table, &fleet, &mut candidates).await?;
     say(t0, format!("SIGTERM {leaving} (holding {} streams)", leaving_ids.len()));
-    fleet.signal(next, libc::SIGTERM)?;
+    fleet.signal(leaving_i, libc::SIGTERM)?;
     let graceful = wait_recovered(&table, &leaving_ids, &leaving, recovery_limit, t0).await?;
     report.graceful_handover_max_ms = graceful.values().map(|(ms, _)| *ms).max().unwrap_or(0);
-    let status = fleet.wait_exit(next, Duration::from_secs(30)).await?;
+    let status = fleet.wait_exit(leaving_i, Duration::from_secs(30)).await?;
     say(t0, format!("graceful hand-over: max {} ms; {leaving} exited with {status}", report.graceful_handover_max_ms));
     wait_until(&table, n, Duration::from_secs(30), t0, "every stream owned again", |items, now| {
         items.iter().filter(|i| i.holder_at(now).is_some()).count() == n
