@@ -14,7 +14,8 @@ in the queue), whenever code reads one, and SendMessage reads one per message: e
 time in proportion to the queue's length. Here the counts are computed only when they are read.
 Its DeleteMessage walks the queue twice per receipt handle, building a list per message, and
 replaces the message list without the lock SendMessage appends under (a message sent meanwhile
-can be lost). Here one walk under that lock deletes a whole batch. And ReceiveMessage reads the
+can be lost, and of two deletes at once one can be undone: that message comes back). Here one
+walk under that lock deletes a whole batch. And ReceiveMessage reads the
 clock twice per message in the queue to find the visible ones; here it reads it once per call.
 
     python scripts/local_engine.py [-H 127.0.0.1] [-p 4566]
