@@ -86,18 +86,25 @@ class DynamoDB(unittest.TestCase):
     def test_a_cancelled_transaction_changes_nothing(self):
         self.ddb.put_item(TableName=self.table, Item={"pk": {"S": "tx-a"}, "n": {"N": "1"}})
         self.ddb.put_item(TableName=self.table, Item={"pk": {"S": "tx-b"}, "n": {"N": "1"}})
+        put_new = {"Put": {"TableName": self.table, "Item": {"pk": {"S": "tx-new"}, "n": {"N": "9"}}}}
+
+        def set_a_to_two(**condition):
+            update = {
+                "TableName": self.table,
+                "Key": {"pk": {"S": "tx-a"}},
+                "UpdateExpression": "SET n = :two",
+                "ExpressionAttributeValues": {":two": {"N": "2"}},
+            }
+            if condition:
+                update["ConditionExpression"] = condition["expression"]
+                update["ExpressionAttributeValues"].update(condition["values"])
+            return {"Update": update}
+
         with self.assertRaises(self.ddb.exceptions.TransactionCanceledException):
             self.ddb.transact_write_items(
                 TransactItems=[
-                    {"Put": {"TableName": self.table, "Item": {"pk": {"S": "tx-new"}, "n": {"N": "9"}}}},
-                    {
-                        "Update": {
-                            "TableName": self.table,
-                            "Key": {"pk": {"S": "tx-a"}},
-                            "UpdateExpression": "SET n = :two",
-                            "ExpressionAttributeValues": {":two": {"N": "2"}},
-                        }
-                    },
+                    put_new,
+                    set_a_to_two(),
                     {
                         "ConditionCheck": {
                             "TableName": self.table,
@@ -114,18 +121,7 @@ class DynamoDB(unittest.TestCase):
 
         # And one whose condition holds applies every part.
         self.ddb.transact_write_items(
-            TransactItems=[
-                {"Put": {"TableName": self.table, "Item": {"pk": {"S": "tx-new"}, "n": {"N": "9"}}}},
-                {
-                    "Update": {
-                        "TableName": self.table,
-                        "Key": {"pk": {"S": "tx-a"}},
-                        "UpdateExpression": "SET n = :two",
-                        "ConditionExpression": "n = :one",
-                        "ExpressionAttributeValues": {":two": {"N": "2"}, ":one": {"N": "1"}},
-                    }
-                },
-            ]
+            TransactItems=[put_new, set_a_to_two(expression="n = :one", values={":one": {"N": "1"}})]
         )
         self.assertEqual(get("tx-new")["Item"]["n"]["N"], "9")
         self.assertEqual(get("tx-a")["Item"]["n"]["N"], "2")

@@ -20,21 +20,39 @@ use crate::{Clock, Error, Lease, Result, SystemClock, TableConfig};
 /// DynamoDB's limit of actions in one transaction; one is the lease check.
 pub const MAX_FENCED_WRITES: usize = 99;
 
-/// The ConditionCheck on the lease item: still ours (`owner` and `fence`) and not released or
-/// expired by our own clock (`expires_at > now`). Owner and fence are what refuse a zombie after a
-/// takeover; the expiry part also refuses writes after our own release.
-pub fn lease_condition(config: &TableConfig, lease: &Lease, now_ms: u64) -> Result<ConditionCheck> {
+/// The lease condition: still ours (`owner` and `fence`) and not released or expired by our own
+/// clock (`expires_at > now`). Owner and fence are what refuse a zombie after a takeover; the
+/// expiry part also refuses writes after our own release.
+const HELD: &str = "#owner = :me AND #fence = :fence AND #exp > :now";
+
+/// The lease item's key, and the names and values [`HELD`] refers to.
+type Held = (HashMap<String, AttributeValue>, HashMap<String, String>, HashMap<String, AttributeValue>);
+
+fn held(config: &TableConfig, lease: &Lease, now_ms: u64) -> Held {
     let a = &config.attributes;
+    let key = HashMap::from([(a.id.clone(), AttributeValue::S(config.key(&lease.id)))]);
+    let names = HashMap::from([
+        ("#owner".to_string(), a.owner.clone()),
+        ("#fence".to_string(), a.fence.clone()),
+        ("#exp".to_string(), a.expires_at_ms.clone()),
+    ]);
+    let values = HashMap::from([
+        (":me".to_string(), AttributeValue::S(lease.owner.clone())),
+        (":fence".to_string(), AttributeValue::N(lease.fence.to_string())),
+        (":now".to_string(), AttributeValue::N(now_ms.to_string())),
+    ]);
+    (key, names, values)
+}
+
+/// The ConditionCheck on the lease item: [`HELD`].
+pub fn lease_condition(config: &TableConfig, lease: &Lease, now_ms: u64) -> Result<ConditionCheck> {
+    let (key, names, values) = held(config, lease, now_ms);
     ConditionCheck::builder()
         .table_name(&config.table_name)
-        .set_key(Some(HashMap::from([(a.id.clone(), AttributeValue::S(config.key(&lease.id)))])))
-        .condition_expression("#owner = :me AND #fence = :fence AND #exp > :now")
-        .expression_attribute_names("#owner", &a.owner)
-        .expression_attribute_names("#fence", &a.fence)
-        .expression_attribute_names("#exp", &a.expires_at_ms)
-        .expression_attribute_values(":me", AttributeValue::S(lease.owner.clone()))
-        .expression_attribute_values(":fence", AttributeValue::N(lease.fence.to_string()))
-        .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+        .set_key(Some(key))
+        .condition_expression(HELD)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
         .build()
         .map_err(|e| Error::InvalidInput(e.to_string()))
 }
@@ -78,22 +96,16 @@ pub async fn fenced_write(
 /// The lease action of a checkpointing write: sets `last_seq = seq` on the lease item under the
 /// lease check's condition, and only forward.
 pub fn checkpoint_update(config: &TableConfig, lease: &Lease, now_ms: u64, seq: u64) -> Result<Update> {
-    let a = &config.attributes;
+    let (key, mut names, mut values) = held(config, lease, now_ms);
+    names.insert("#seq".into(), config.attributes.last_seq.clone());
+    values.insert(":seq".into(), AttributeValue::N(seq.to_string()));
     Update::builder()
         .table_name(&config.table_name)
-        .set_key(Some(HashMap::from([(a.id.clone(), AttributeValue::S(config.key(&lease.id)))])))
+        .set_key(Some(key))
         .update_expression("SET #seq = :seq")
-        .condition_expression(
-            "#owner = :me AND #fence = :fence AND #exp > :now AND (attribute_not_exists(#seq) OR #seq < :seq)",
-        )
-        .expression_attribute_names("#owner", &a.owner)
-        .expression_attribute_names("#fence", &a.fence)
-        .expression_attribute_names("#exp", &a.expires_at_ms)
-        .expression_attribute_names("#seq", &a.last_seq)
-        .expression_attribute_values(":me", AttributeValue::S(lease.owner.clone()))
-        .expression_attribute_values(":fence", AttributeValue::N(lease.fence.to_string()))
-        .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
-        .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
+        .condition_expression(format!("{HELD} AND (attribute_not_exists(#seq) OR #seq < :seq)"))
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(Some(values))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .build()
         .map_err(|e| Error::InvalidInput(e.to_string()))

@@ -25,6 +25,15 @@ fn memory() -> (MemoryStore, Arc<ManualClock>) {
     (MemoryStore::new(TableConfig::default(), clock.clone()).unwrap(), clock)
 }
 
+/// A memory store with `n` STARTED items never claimed.
+async fn started(n: usize) -> MemoryStore {
+    let (store, _) = memory();
+    for i in 0..n {
+        store.start(&format!("s{i:04}"), "wss://feed.example/s").await.unwrap();
+    }
+    store
+}
+
 fn http_body(response: &Value) -> Value {
     serde_json::from_str(response["body"].as_str().unwrap()).unwrap()
 }
@@ -349,10 +358,7 @@ async fn the_reconciler_hints_every_orphan_counts_the_fleet_and_claims_nothing()
 
 #[tokio::test]
 async fn refused_hints_are_retried_a_bounded_number_of_times() {
-    let (store, _) = memory();
-    for i in 0..25 {
-        store.start(&format!("s{i:02}"), "wss://feed.example/s").await.unwrap();
-    }
+    let store = started(25).await;
     let hints = MemoryHints::new();
     hints.fail_next_entries(7);
     hints.fail_next_requests(1);
@@ -373,11 +379,8 @@ async fn refused_hints_are_retried_a_bounded_number_of_times() {
 
 #[tokio::test]
 async fn the_reconciler_reads_every_page() {
-    let (store, _) = memory();
     let n = reconciler::PAGE_SIZE * 2 + 500;
-    for i in 0..n {
-        store.start(&format!("s{i:05}"), "wss://feed.example/s").await.unwrap();
-    }
+    let store = started(n).await;
     let hints = MemoryHints::new();
     let (report, _) = run_reconciler(&store, &hints).await;
     assert_eq!(report["orphans"].as_u64(), Some(n as u64));
@@ -424,14 +427,6 @@ impl HintSender for SlowHints {
         tokio::time::sleep(self.delay).await;
         self.inner.send_batch(hints).await
     }
-}
-
-async fn started(n: usize) -> MemoryStore {
-    let (store, _) = memory();
-    for i in 0..n {
-        store.start(&format!("s{i:04}"), "wss://feed.example/s").await.unwrap();
-    }
-    store
 }
 
 #[tokio::test(start_paused = true)]
