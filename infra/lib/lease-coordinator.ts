@@ -104,28 +104,11 @@ export class LeaseCoordinator extends Construct {
     });
     this.indexArn = `${this.table.tableArn}/index/${this.indexName}`;
 
-    this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
-      encryption: sqs.QueueEncryption.SQS_MANAGED,
-      enforceSSL: true,
-      retentionPeriod: Duration.days(14),
-    });
-    this.queue = new sqs.Queue(this, 'HintQueue', {
-      encryption: sqs.QueueEncryption.SQS_MANAGED,
-      enforceSSL: true,
-      deadLetterQueue: { queue: this.deadLetterQueue, maxReceiveCount: 5 },
-    });
-    this.commandDeadLetterQueue = new sqs.Queue(this, 'CommandDeadLetterQueue', {
-      encryption: sqs.QueueEncryption.SQS_MANAGED,
-      enforceSSL: true,
-      retentionPeriod: Duration.days(14),
-    });
-    this.commandQueue = new sqs.Queue(this, 'CommandQueue', {
-      encryption: sqs.QueueEncryption.SQS_MANAGED,
-      enforceSSL: true,
+    [this.queue, this.deadLetterQueue] = this.queueWithDeadLetters('HintQueue', 'DeadLetterQueue');
+    [this.commandQueue, this.commandDeadLetterQueue] = this.queueWithDeadLetters('CommandQueue', 'CommandDeadLetterQueue', {
       // At least 6x the router's timeout, as AWS advises for a Lambda event source: a batch whose
       // invocation is being retried (throttling) must not become visible again meanwhile.
       visibilityTimeout: Duration.seconds(6 * ROUTER_TIMEOUT.toSeconds()),
-      deadLetterQueue: { queue: this.commandDeadLetterQueue, maxReceiveCount: 5 },
     });
 
     this.environment = {
@@ -230,6 +213,18 @@ export class LeaseCoordinator extends Construct {
   }
 
   /** SendMessageBatch is authorised by sqs:SendMessage. */
+  /** A queue (SSE, TLS only) whose messages move to a dead-letter queue of its own after 5 receives. */
+  private queueWithDeadLetters(id: string, deadLetterId: string, props: sqs.QueueProps = {}): [sqs.Queue, sqs.Queue] {
+    const secure = { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true };
+    const deadLetters = new sqs.Queue(this, deadLetterId, { ...secure, retentionPeriod: Duration.days(14) });
+    const queue = new sqs.Queue(this, id, {
+      ...secure,
+      ...props,
+      deadLetterQueue: { queue: deadLetters, maxReceiveCount: 5 },
+    });
+    return [queue, deadLetters];
+  }
+
   private sendHintsStatement(): iam.PolicyStatement {
     return new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.queue.queueArn] });
   }
