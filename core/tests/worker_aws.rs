@@ -3,6 +3,7 @@
 
 mod worker_support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
-use leaselock::worker::{BoxError, CancelReason, Connection, Worker};
+use leaselock::worker::{BoxError, CancelReason, Connection, Worker, POLL_ANSWER_MARGIN};
 use leaselock::{
     fenced_put, fenced_write_with_checkpoint, Clock, Error, Hint, LeaseStore, LeaseTable, SkewedClock, SystemClock,
     TableConfig,
@@ -301,4 +302,48 @@ async fn a_checkpointing_write_moves_output_and_resume_point_together() {
     }
     assert!(!written(&client, &data, "s1#3").await);
     assert_eq!(table.get("s1").await.unwrap().unwrap().last_seq, Some(2));
+}
+
+/// A hint queue that never answers (a lost connection, an SQS client without timeouts) cannot
+/// hold a worker's shutdown: its long poll counts as failed `POLL_ANSWER_MARGIN` after the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_queue_that_never_answers_does_not_hold_shutdown() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let listener = {
+        let accepted = accepted.clone();
+        tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((connection, _)) = silent.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                open.push(connection);
+            }
+        })
+    };
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version_latest()
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new("testing", "testing", None, None, "test"))
+        .endpoint_url(format!("http://{address}"))
+        .build();
+    let wait = Duration::from_secs(1);
+    let worker = Worker::builder(Arc::new(memory_store(short_config())))
+        .hint_queue(aws_sdk_sqs::Client::from_conf(config), format!("http://{address}/123456789012/hints"))
+        .hint_wait(wait)
+        .metrics_writer(Lines::default())
+        .build(|conn: Connection| async move {
+            conn.cancelled().await;
+            Ok::<(), BoxError>(())
+        })
+        .unwrap();
+    let (handle, task) = worker.spawn();
+    wait_until(Duration::from_secs(10), "a long poll sent to the silent queue", || {
+        accepted.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    handle.shutdown();
+    let limit = wait + POLL_ANSWER_MARGIN + Duration::from_secs(5);
+    tokio::time::timeout(limit, task).await.expect("shutdown held by a poll nobody answers").unwrap();
+    listener.abort();
 }

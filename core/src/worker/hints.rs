@@ -14,6 +14,9 @@ use super::{Claim, HintQueue, Inner};
 use crate::lease::backoff_ms;
 use crate::Hint;
 
+/// How long after its wait time a long poll may still take to be answered.
+pub const POLL_ANSWER_MARGIN: Duration = Duration::from_secs(5);
+
 pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
     let mut failures = 0u32;
     loop {
@@ -23,26 +26,32 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             permit = inner.permits.clone().acquire_owned() => permit,
         };
         drop(room);
-        // A long poll is never abandoned: SQS may still hand messages to a poll whose client
-        // has gone, and they then stay invisible for the whole visibility timeout. At shutdown
-        // the poll runs out (at most `wait`) and what it brings is given back at once.
-        let received = queue
+        // A long poll is not abandoned at shutdown: SQS may still hand messages to a poll whose
+        // client has gone, and they then stay invisible for the whole visibility timeout. The
+        // poll runs out (at most `wait`) and what it brings is given back at once. One the
+        // server has not answered `POLL_ANSWER_MARGIN` after its wait is over (a connection
+        // lost, an SQS client without timeouts) counts as failed, so it cannot hold the worker.
+        let poll = queue
             .client
             .receive_message()
             .queue_url(&queue.queue_url)
             .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
             .wait_time_seconds(queue.wait.as_secs() as i32)
-            .send()
-            .await;
+            .send();
+        let received = match tokio::time::timeout(queue.wait + POLL_ANSWER_MARGIN, poll).await {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => Err(aws_sdk_sqs::error::DisplayErrorContext(&e).to_string()),
+            Err(_) => Err(format!("no answer {POLL_ANSWER_MARGIN:?} after the {:?} long poll", queue.wait)),
+        };
         let messages = match received {
             Ok(out) => {
                 failures = 0;
                 out.messages.unwrap_or_default()
             }
-            Err(e) => {
+            Err(error) => {
                 failures += 1;
                 let delay = backoff_ms(failures, 200, 10_000, rand::random());
-                warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), retry_in_ms = delay, "hint receive failed");
+                warn!(%error, retry_in_ms = delay, "hint receive failed");
                 tokio::select! {
                     () = inner.shutdown.cancelled() => return,
                     () = tokio::time::sleep(Duration::from_millis(delay)) => continue,

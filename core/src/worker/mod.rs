@@ -36,6 +36,7 @@ mod clock;
 mod connection;
 pub mod decide;
 mod hints;
+pub use hints::POLL_ANSWER_MARGIN;
 mod lease_task;
 mod reconcile;
 mod report;
