@@ -178,12 +178,13 @@ impl crate::worker::Connection {
         self.fenced_write(client, vec![TransactWriteItem::builder().put(put).build()]).await
     }
 
-    /// [`fenced_write`] with this connection's current lease and the store's clock.
+    /// [`fenced_write`] with this connection's current lease and the store's clock. Like every
+    /// call through the connection, it resolves by the lease's local deadline at the latest.
     pub async fn fenced_write(&self, client: &Client, writes: Vec<TransactWriteItem>) -> Result<()> {
-        self.ensure_may_act()?;
-        let lease = self.lease().await;
+        let lease = self.lock_to_act().await?.clone();
         let store = self.store();
-        let result = fenced_write(client, store.config(), &lease, store.clock().now_ms(), writes).await;
+        let result =
+            self.by_deadline(fenced_write(client, store.config(), &lease, store.clock().now_ms(), writes)).await;
         self.note(result)
     }
 
@@ -195,12 +196,11 @@ impl crate::worker::Connection {
         seq: u64,
         writes: Vec<TransactWriteItem>,
     ) -> Result<()> {
-        self.ensure_may_act()?;
         // Held across the write so a renewal cannot replace the lease under the new last_seq.
-        let mut lease = self.lease_guard().await;
+        let mut lease = self.lock_to_act().await?;
         let store = self.store();
-        let result =
-            fenced_write_with_checkpoint(client, store.config(), &lease, store.clock().now_ms(), seq, writes).await;
+        let write = fenced_write_with_checkpoint(client, store.config(), &lease, store.clock().now_ms(), seq, writes);
+        let result = self.by_deadline(write).await;
         if result.is_ok() {
             lease.last_seq = Some(seq);
         }

@@ -1,8 +1,10 @@
 //! What a handler gets for one held lease: the work's id and url, where to resume, the fence for
 //! downstream writes, a cancellation token, and checkpoints that go through the lease.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
@@ -117,11 +119,6 @@ impl Connection {
         self.held.lease.lock().await.clone()
     }
 
-    /// The lease itself, locked (renewals and checkpoints wait meanwhile).
-    pub(crate) async fn lease_guard(&self) -> tokio::sync::MutexGuard<'_, Lease> {
-        self.held.lease.lock().await
-    }
-
     /// When this worker must stop acting for the work, on the store clock's monotonic ms.
     pub fn deadline_mono_ms(&self) -> u64 {
         self.held.deadline_mono_ms()
@@ -147,12 +144,51 @@ impl Connection {
     }
 
     /// Records `seq` as processed, under the lease (owner and fence) and only forward. A `Lost`
-    /// answer cancels the token: the work belongs to someone else now.
+    /// answer cancels the token: the work belongs to someone else now. Resolves by the lease's
+    /// local deadline at the latest (then `Lost`, see [`Connection::lock_to_act`]).
     pub async fn checkpoint(&self, seq: u64) -> Result<()> {
-        self.ensure_may_act()?;
-        let mut lease = self.held.lease.lock().await;
-        let result = self.store.checkpoint(&mut lease, seq).await;
+        let mut lease = self.lock_to_act().await?;
+        let result = self.by_deadline(self.store.checkpoint(&mut lease, seq)).await;
         self.note(result)
+    }
+
+    // Rule 2 for everything a handler awaits (the bindings' equivalents must follow the same
+    // rule): the wait for the lease's lock and every request are bounded by the lease's local
+    // deadline, whether the holder may act is decided once the lock is held, and past the
+    // deadline the call fails with `Lost` without sending anything.
+
+    /// Takes the lease's lock for one operation, waiting no later than the deadline (a renewal
+    /// stuck in the network holds the lock until then), and checks it may act once it has it.
+    pub(crate) async fn lock_to_act(&self) -> Result<tokio::sync::MutexGuard<'_, Lease>> {
+        self.ensure_may_act()?;
+        let lease = self.by_deadline(async { Ok(self.held.lease.lock().await) }).await?;
+        self.ensure_may_act()?;
+        Ok(lease)
+    }
+
+    /// Runs `operation`, or gives it up (dropping whatever request is in flight, sending no
+    /// other) and fails with `Lost` once the lease's local deadline has passed.
+    pub(crate) async fn by_deadline<T>(&self, operation: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::select! {
+            biased;
+            done = operation => done,
+            () = self.deadline_passed() => {
+                self.held.cancel.cancel(CancelReason::Deadline);
+                Err(self.lost())
+            }
+        }
+    }
+
+    /// Resolves once the store clock reaches the lease's local deadline; a renewal that lands
+    /// meanwhile moves it.
+    async fn deadline_passed(&self) {
+        loop {
+            let (now, deadline) = (self.store.clock().monotonic_ms(), self.held.deadline_mono_ms());
+            if now >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(deadline - now)).await;
+        }
     }
 
     /// Refuses to act once the lease is gone: lost, past the deadline, or given up.
@@ -162,9 +198,13 @@ impl Connection {
             Some(CancelReason::Lost | CancelReason::Deadline | CancelReason::Released)
         ) || self.store.clock().monotonic_ms() >= self.held.deadline_mono_ms();
         if gone {
-            return Err(Error::Lost { id: self.held.id.clone() });
+            return Err(self.lost());
         }
         Ok(())
+    }
+
+    fn lost(&self) -> Error {
+        Error::Lost { id: self.held.id.clone() }
     }
 
     /// Cancels the token when `result` says the lease is lost.

@@ -20,8 +20,11 @@ pub const POLL_ANSWER_MARGIN: Duration = Duration::from_secs(5);
 pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
     let mut failures = 0u32;
     loop {
-        // Only take hints while there is room: a full worker leaves them to the others.
+        // Only take hints while there is room: a full worker leaves them to the others. Shutdown
+        // comes first: once it is requested no new long poll starts (room is always there when
+        // idle, and an unbiased pick would often start one more).
         let room = tokio::select! {
+            biased;
             () = inner.shutdown.cancelled() => return,
             permit = inner.permits.clone().acquire_owned() => permit,
         };
@@ -53,6 +56,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
                 let delay = backoff_ms(failures, 200, 10_000, rand::random());
                 warn!(%error, retry_in_ms = delay, "hint receive failed");
                 tokio::select! {
+                    biased;
                     () = inner.shutdown.cancelled() => return,
                     () = tokio::time::sleep(Duration::from_millis(delay)) => continue,
                 }

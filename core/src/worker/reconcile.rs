@@ -36,6 +36,7 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
             }
         };
         tokio::select! {
+            biased;
             () = inner.shutdown.cancelled() => return,
             () = tokio::time::sleep(Duration::from_millis(wake_in_ms)) => {}
             () = inner.poll_orphans_now.notified() => {}
@@ -53,7 +54,12 @@ async fn poll_orphans(inner: &Inner) -> Result<u64> {
         return Ok(jittered_ms(interval_ms, rand::random()));
     }
     let cutoff = orphan_query_cutoff(store.clock().now_ms(), config, interval_ms);
-    let page = store.orphans_page(cutoff, capacity, None).await?;
+    // Only a read: at shutdown it is dropped rather than waited for (claims, below, are not).
+    let page = tokio::select! {
+        biased;
+        () = inner.shutdown.cancelled() => return Ok(0),
+        page = store.orphans_page(cutoff, capacity, None) => page?,
+    };
     inner.counters.add(&inner.counters.orphan_polls, 1);
     let poll = OrphanPoll {
         items: &page.items,
@@ -86,6 +92,7 @@ pub(crate) async fn desired_state_loop(inner: Arc<Inner>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             () = inner.shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
@@ -94,7 +101,13 @@ pub(crate) async fn desired_state_loop(inner: Arc<Inner>) {
             continue;
         }
         let ids: Vec<String> = held.iter().map(|h| h.id.clone()).collect();
-        match inner.store.batch_desired_states(&ids).await {
+        // Shutdown cancels every handler anyway: the read is dropped, not waited for.
+        let states = tokio::select! {
+            biased;
+            () = inner.shutdown.cancelled() => return,
+            states = inner.store.batch_desired_states(&ids) => states,
+        };
+        match states {
             Ok(states) => {
                 for id in stopped_ids(&states) {
                     if let Some(h) = held.iter().find(|h| h.id == id) {

@@ -119,6 +119,7 @@ pub(crate) async fn metrics_loop(inner: Arc<Inner>, reporter: Arc<Reporter>) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             () = inner.shutdown.cancelled() => return,
             _ = ticks.tick() => reporter.emit(&inner),
         }
