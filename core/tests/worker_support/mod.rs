@@ -2,6 +2,8 @@
 //! where, a store wrapper that injects faults, and the local AWS engine.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -154,12 +156,15 @@ impl Lines {
 }
 
 /// A store that delegates to another and injects faults: a partition (every call fails),
-/// renewals that never answer, and slow releases.
+/// renewals or checkpoints that never answer, and slow releases. It notes when (store clock,
+/// monotonic ms) each checkpoint call began.
 #[derive(Debug)]
 pub struct Faulty<S> {
     pub inner: S,
     pub partitioned: AtomicBool,
     pub renew_hangs: AtomicBool,
+    pub checkpoint_hangs: AtomicBool,
+    pub checkpoint_calls: Mutex<Vec<u64>>,
     pub release_delay_ms: AtomicU64,
     pub releases_in_flight: AtomicU32,
     pub max_releases_in_flight: AtomicU32,
@@ -171,6 +176,8 @@ impl<S> Faulty<S> {
             inner,
             partitioned: AtomicBool::new(false),
             renew_hangs: AtomicBool::new(false),
+            checkpoint_hangs: AtomicBool::new(false),
+            checkpoint_calls: Mutex::new(Vec::new()),
             release_delay_ms: AtomicU64::new(0),
             releases_in_flight: AtomicU32::new(0),
             max_releases_in_flight: AtomicU32::new(0),
@@ -225,6 +232,10 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
     }
     async fn checkpoint(&self, lease: &mut Lease, seq: u64) -> Result<()> {
         self.reachable()?;
+        self.checkpoint_calls.lock().unwrap().push(self.inner.clock().monotonic_ms());
+        if self.checkpoint_hangs.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.inner.checkpoint(lease, seq).await
     }
     async fn get(&self, id: &str) -> Result<Option<LeaseItem>> {
