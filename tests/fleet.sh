@@ -3,11 +3,13 @@
 # (3 s lease, 1 s renew, 0.5 s skew). One worker is killed (SIGKILL), one frozen past its
 # deadline (SIGSTOP) and thawed (SIGCONT), one stopped (SIGTERM). Asserts no double ownership,
 # no gaps, no write from the thawed worker, crash failover <= lease + skew + 3 s and graceful
-# hand-over <= 2 s. Needs AWS_ENDPOINT_URL (run through scripts/with-services.sh).
+# hand-over <= 2 s, and the SIGTERMed worker exits within the hint wait (5 s, the worker's
+# default; shutdown drains the long poll in flight) + 1 s. Needs AWS_ENDPOINT_URL (run through
+# scripts/with-services.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${AWS_ENDPOINT_URL:?run through scripts/with-services.sh}"
-LEASE_MS=3000 RENEW_MS=1000 SKEW_MS=500
+LEASE_MS=3000 RENEW_MS=1000 SKEW_MS=500 HINT_WAIT_MS=5000
 BIN=${LEASELOCK_BIN:-target/debug/leaselock}
 [[ -x $BIN ]] || cargo build -q -p leaselock-cli
 log=$(mktemp)
@@ -17,9 +19,9 @@ status=0
   --connections 18 --rate 2 --settle-secs 3 --orphan-interval-ms 1000 --desired-state-interval-ms 1000 \
   --dir target/fleet-logs | tee "$log" || status=$?
 report=$(tail -n 1 "$log")
-python3 - "$report" "$status" "$LEASE_MS" "$SKEW_MS" <<'PY'
+python3 - "$report" "$status" "$LEASE_MS" "$SKEW_MS" "$HINT_WAIT_MS" <<'PY'
 import json, sys
-report, status, lease, skew = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+report, status, lease, skew, hint_wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 try:
     r = json.loads(report)
 except ValueError:
@@ -35,6 +37,7 @@ checks = [
     (f"crash failover {r['crash_failover_max_ms']} ms <= {lease + skew + 3000}", 0 < r["crash_failover_max_ms"] <= lease + skew + 3000),
     (f"zombie takeover {r.get('zombie_failover_max_ms')} ms <= {lease + skew + 3000}", 0 < (r.get("zombie_failover_max_ms") or 0) <= lease + skew + 3000),
     (f"graceful hand-over {r['graceful_handover_max_ms']} ms <= 2000", r["graceful_handover_max_ms"] <= 2000),
+    (f"SIGTERMed worker exited {r.get('sigterm_exit_ms')} ms after the signal <= {hint_wait + 1000}", 0 < (r.get("sigterm_exit_ms") or 0) <= hint_wait + 1000),
 ]
 failed = 0
 for name, ok in checks:
