@@ -6,11 +6,12 @@
 //! moment of a long poll (it is drained, as it must be: SQS may already have handed it
 //! messages); the other half right after a poll was answered by a hint, while the worker
 //! handles it and no poll is in flight. Bounds: exit within the hint wait (5 s, the default)
-//! + 1 s of the signal; within 1 s of the signal when no poll was in flight, or of the drained
-//! poll's answer; and no long poll sent after the signal. Four lanes of five runs each run at
-//! once to keep the test near 30 s.
+//! plus 1 s of the signal; within 1 s of the signal when no poll was in flight, or of the
+//! drained poll's answer; and no long poll sent after the signal. Four lanes of five runs each
+//! run at once to keep the test near 30 s.
 
 #[path = "../../core/tests/worker_support/proxy.rs"]
+#[allow(dead_code)]
 mod proxy;
 
 use std::process::{Child, Command, Stdio};
