@@ -145,7 +145,7 @@ impl Connection {
 
     /// Records `seq` as processed, under the lease (owner and fence) and only forward. A `Lost`
     /// answer cancels the token: the work belongs to someone else now. Resolves by the lease's
-    /// local deadline at the latest (then `Lost`, see [`Connection::lock_to_act`]).
+    /// local deadline at the latest: past it, `Lost` without a request.
     pub async fn checkpoint(&self, seq: u64) -> Result<()> {
         let mut lease = self.lock_to_act().await?;
         let result = self.by_deadline(self.store.checkpoint(&mut lease, seq)).await;
@@ -180,7 +180,8 @@ impl Connection {
     }
 
     /// Resolves once the store clock reaches the lease's local deadline; a renewal that lands
-    /// meanwhile moves it.
+    /// meanwhile moves it (only while the lock is not held, as in a fenced write without a
+    /// checkpoint).
     async fn deadline_passed(&self) {
         loop {
             let (now, deadline) = (self.store.clock().monotonic_ms(), self.held.deadline_mono_ms());
