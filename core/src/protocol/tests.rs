@@ -101,9 +101,10 @@ fn failures() -> Vec<(&'static str, Answer)> {
 }
 
 type Runner = Box<dyn FnMut(Answer) -> String>;
+type MakeRunner = Box<dyn Fn() -> Runner>;
 
 /// Each operation, sent once, then given `answer`.
-fn operations() -> Vec<(&'static str, Box<dyn Fn() -> Runner>)> {
+fn operations() -> Vec<(&'static str, MakeRunner)> {
     fn run<O: Operation + 'static>(mut op: O) -> Runner {
         let first = summary(op.next(at(0)));
         assert!(first.starts_with("send") || first == "reread", "{first}");
