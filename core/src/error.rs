@@ -21,9 +21,22 @@ pub enum Error {
     /// DynamoDB kept throttling until the retry budget ran out.
     #[error("throttled by the store")]
     Throttled,
-    /// Bad input, refused before anything was written; the message names the field.
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
+    /// Every attempt timed out or failed on the server side until the budget ran out.
+    #[error("the store did not answer in time{}", if *outcome_unknown { " (the write may have been applied)" } else { "" })]
+    Timeout { outcome_unknown: bool },
+    /// The store could not be reached (connection refused, DNS, TLS).
+    #[error("the store is unreachable: {0}")]
+    Unreachable(String),
+    /// The credentials may not do this.
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    /// The table does not exist (or not in this region / account).
+    #[error("table {table} does not exist (run `leaselock table create`)")]
+    TableNotFound { table: String },
+    /// Bad input, refused before anything was written. A rejected value quoted in `message` is
+    /// rendered with [`crate::render::value`] (bounded and escaped).
+    #[error("invalid {field}: {message}")]
+    InvalidInput { field: String, message: String },
     /// Any other store failure.
     #[error("store error: {0}")]
     Store(String),
@@ -39,9 +52,20 @@ impl Error {
             Error::Stopped { .. } => "Stopped",
             Error::SeqNotIncreasing { .. } => "SeqNotIncreasing",
             Error::Throttled => "Throttled",
-            Error::InvalidInput(_) => "InvalidInput",
+            Error::Timeout { .. } => "Timeout",
+            Error::Unreachable(_) => "Unreachable",
+            Error::AccessDenied(_) => "AccessDenied",
+            Error::TableNotFound { .. } => "TableNotFound",
+            Error::InvalidInput { .. } => "InvalidInput",
             Error::Store(_) => "Store",
         }
+    }
+}
+
+impl Error {
+    /// Bad input in `field`, refused before anything was written.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidInput { field: field.into(), message: message.into() }
     }
 }
 

@@ -54,7 +54,7 @@ pub fn lease_condition(config: &TableConfig, lease: &Lease, now_ms: u64) -> Resu
         .set_expression_attribute_names(Some(names))
         .set_expression_attribute_values(Some(values))
         .build()
-        .map_err(|e| Error::InvalidInput(e.to_string()))
+        .map_err(|e| Error::invalid("request", e.to_string()))
 }
 
 /// Writes `put` only while `lease` is held; `Lost` when the lease is no longer ours.
@@ -108,7 +108,7 @@ pub fn checkpoint_update(config: &TableConfig, lease: &Lease, now_ms: u64, seq: 
         .set_expression_attribute_values(Some(values))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .build()
-        .map_err(|e| Error::InvalidInput(e.to_string()))
+        .map_err(|e| Error::invalid("request", e.to_string()))
 }
 
 /// Applies `writes` and the checkpoint `seq` in one transaction under the lease: the output and
@@ -138,7 +138,7 @@ async fn transact(
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
     if writes.is_empty() || writes.len() > MAX_FENCED_WRITES {
-        return Err(Error::InvalidInput(format!("writes: 1 to {MAX_FENCED_WRITES} actions, got {}", writes.len())));
+        return Err(Error::invalid("writes", format!("1 to {MAX_FENCED_WRITES} actions, got {}", writes.len())));
     }
     let mut items = Vec::with_capacity(writes.len() + 1);
     items.push(lease_action);

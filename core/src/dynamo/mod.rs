@@ -205,6 +205,9 @@ impl LeaseTable {
                     warn!(%msg, "write outcome unknown, re-reading");
                     return Ok(Outcome::Ambiguous);
                 }
+                Failure::Fatal(msg) if msg.starts_with("ResourceNotFoundException") => {
+                    return Err(Error::TableNotFound { table: self.config.table_name.clone() })
+                }
                 Failure::Fatal(msg) => return Err(Error::Store(msg)),
             }
             self.pause(attempt, until_mono).await?;

@@ -143,7 +143,11 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::NotFound { .. }
         | Error::SeqNotIncreasing { .. }
         | Error::Throttled
-        | Error::InvalidInput(_)
+        | Error::Timeout { .. }
+        | Error::Unreachable(_)
+        | Error::AccessDenied(_)
+        | Error::TableNotFound { .. }
+        | Error::InvalidInput { .. }
         | Error::Store(_) => ClaimFailure::Error,
     }
 }
