@@ -110,7 +110,8 @@ enum TableCommand {
     Describe,
 }
 
-/// What the process exits with: 2 for bad input (nothing was written), 1 for other failures.
+/// What the process exits with: 2 for bad input (refused before any request, nothing written),
+/// 1 when the store (or the queue) failed or refused the operation.
 pub enum Failure {
     Usage(String),
     Other(String),
@@ -118,9 +119,21 @@ pub enum Failure {
 
 impl From<leaselock::Error> for Failure {
     fn from(e: leaselock::Error) -> Self {
+        use leaselock::Error as E;
+        // Every variant decides its exit code here: a new one cannot fall through unnoticed.
         match e {
-            leaselock::Error::InvalidInput(msg) => Failure::Usage(msg),
-            e => Failure::Other(e.to_string()),
+            E::InvalidInput { .. } => Failure::Usage(e.to_string()),
+            E::Held { .. }
+            | E::Lost { .. }
+            | E::NotFound { .. }
+            | E::Stopped { .. }
+            | E::SeqNotIncreasing { .. }
+            | E::Throttled
+            | E::Timeout { .. }
+            | E::Unreachable(_)
+            | E::AccessDenied(_)
+            | E::TableNotFound { .. }
+            | E::Store(_) => Failure::Other(e.to_string()),
         }
     }
 }
@@ -131,21 +144,29 @@ pub fn other(e: impl std::fmt::Display) -> Failure {
     Failure::Other(e.to_string())
 }
 
+/// The log filter without `LEASELOCK_LOG`: our warnings only; the SDK's own logs (and the full
+/// error chains the CLI logs at debug level) appear with `LEASELOCK_LOG=debug`.
+const DEFAULT_LOG: &str = "warn,aws_config=off,aws_runtime=off,aws_smithy_runtime=off,aws_smithy_http_client=off,\
+                           aws_sdk_dynamodb=off,aws_sdk_sqs=off,aws_sdk_sts=off,hyper=off";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG").unwrap_or_else(|_| DEFAULT_LOG.into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // One line each: anything that could break it is escaped.
         Err(Failure::Usage(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", leaselock::render::escaped(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Other(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", leaselock::render::escaped(&msg));
             ExitCode::from(1)
         }
     }

@@ -57,12 +57,13 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Up to `limit` characters of `s`, escaped; `quote` also escapes `"`. Returns whether it was cut.
+/// Up to `limit` characters of `s`, escaped; `quote` (a value of ours, quoted) also escapes
+/// `"` and `\`, which other components' texts already use as escapes. Returns whether it was cut.
 fn bounded(s: &str, limit: usize, quote: bool) -> (String, bool) {
     let mut out = String::with_capacity(s.len().min(limit) + 2);
     let mut chars = s.chars();
     for c in chars.by_ref().take(limit) {
-        if needs_escape(c) {
+        if crate::config::is_refused_char(c) || (quote && c == '\\') {
             push_escaped(&mut out, c);
         } else if quote && c == '"' {
             out.push_str("\\\"");
@@ -84,8 +85,9 @@ pub fn value(s: &str) -> String {
     }
 }
 
-/// Another component's error text (which may quote the input) made safe to pass on: escaped,
-/// at most [`TEXT_CHARS`] characters, followed by the total length when cut.
+/// Another component's error text (which may quote the input) made safe to pass on: at most
+/// [`TEXT_CHARS`] characters, followed by the total length when cut, with control and invisible
+/// characters escaped. What the text escaped itself (a parser quoting a string) is left as it is.
 pub fn text(s: &str) -> String {
     let (mut text, cut) = bounded(s, TEXT_CHARS, false);
     if cut {
@@ -122,6 +124,9 @@ mod tests {
     fn text_keeps_the_message_on_one_line() {
         let t = text("line one\nline two \"quoted\"");
         assert_eq!(t, "line one\\nline two \"quoted\"");
+        // A parser's own escapes are not escaped again.
+        let parser = format!("invalid value: string {:?}", "a\u{1b}b");
+        assert_eq!(text(&parser), r#"invalid value: string "a\u{1b}b""#);
         let long = "e".repeat(10_000);
         assert_eq!(text(&long), format!("{}... (10000 bytes)", "e".repeat(TEXT_CHARS)));
         assert!(!text(&"\n".repeat(10_000)).contains('\n'));
