@@ -144,29 +144,33 @@ pub fn other(e: impl std::fmt::Display) -> Failure {
     Failure::Other(e.to_string())
 }
 
-/// The log filter without `LEASELOCK_LOG`: our warnings only; the SDK's own logs (and the full
-/// error chains the CLI logs at debug level) appear with `LEASELOCK_LOG=debug`.
-const DEFAULT_LOG: &str = "warn,aws_config=off,aws_runtime=off,aws_smithy_runtime=off,aws_smithy_http_client=off,\
-                           aws_sdk_dynamodb=off,aws_sdk_sqs=off,aws_sdk_sts=off,hyper=off";
+/// The SDK's own logs appear only when asked for (`LEASELOCK_LOG=debug`).
+const QUIET_SDK: &str = "aws_config=off,aws_runtime=off,aws_smithy_runtime=off,aws_smithy_http_client=off,\
+                         aws_sdk_dynamodb=off,aws_sdk_sqs=off,aws_sdk_sts=off,hyper=off";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG").unwrap_or_else(|_| DEFAULT_LOG.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Without LEASELOCK_LOG: the long-running commands log our warnings; an operator command's
+    // outcome is the one line it prints, so the retries behind it are not shown.
+    let level = match cli.command {
+        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) => "warn",
+        Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
+            "error"
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},{QUIET_SDK}")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // One line each: anything that could break it is escaped.
         Err(Failure::Usage(msg)) => {
-            eprintln!("error: {}", leaselock::render::escaped(&msg));
+            eprintln!("error: {}", leaselock::render::one_line(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Other(msg)) => {
-            eprintln!("error: {}", leaselock::render::escaped(&msg));
+            eprintln!("error: {}", leaselock::render::one_line(&msg));
             ExitCode::from(1)
         }
     }

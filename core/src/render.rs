@@ -57,6 +57,15 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A message (whose quoted values are already rendered) kept on one line: control and invisible
+/// characters escaped, nothing else; backslashes are left alone, so nothing is escaped twice.
+pub fn one_line(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(crate::config::is_refused_char) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(bounded(s, usize::MAX, false).0)
+}
+
 /// Up to `limit` characters of `s`, escaped; `quote` (a value of ours, quoted) also escapes
 /// `"` and `\`, which other components' texts already use as escapes. Returns whether it was cut.
 fn bounded(s: &str, limit: usize, quote: bool) -> (String, bool) {
@@ -130,6 +139,13 @@ mod tests {
         let long = "e".repeat(10_000);
         assert_eq!(text(&long), format!("{}... (10000 bytes)", "e".repeat(TEXT_CHARS)));
         assert!(!text(&"\n".repeat(10_000)).contains('\n'));
+    }
+
+    #[test]
+    fn a_rendered_message_is_not_escaped_twice() {
+        let message = format!("invalid id: {} holds U+001B", value("s\u{1b}"));
+        assert_eq!(one_line(&message), r#"invalid id: "s\u{1b}" holds U+001B"#);
+        assert_eq!(one_line("two\nlines"), "two\\nlines");
     }
 
     #[test]

@@ -792,11 +792,13 @@ pub async fn hostile_writes_nothing<S: LeaseStore + ?Sized>(kind: Kind, store: &
                 let text = text.unwrap_or_else(|| panic!("{kind:?} {what}: no error text"));
                 assert!(text.contains(says), "{kind:?} {what}: {text:?} should say {says:?}");
                 assert!(!shows_raw(&text), "{kind:?} {what}: raw control characters in {text:?}");
+                assert!(!text.contains(r"\\u{"), "{kind:?} {what}: escaped twice: {text}");
             }
         }
         for line in &lines {
             assert!(line.len() < MAX_ERROR_BYTES, "{kind:?} {what}: a {}-byte log line", line.len());
             assert!(!shows_raw(line), "{kind:?} {what}: raw control characters logged: {line:?}");
+            assert!(!line.contains(r"\\u{"), "{kind:?} {what}: escaped twice in the log: {line}");
         }
         assert!(store.items().await.unwrap().is_empty(), "{kind:?} {what}: something was written");
     }
