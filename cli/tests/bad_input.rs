@@ -30,7 +30,7 @@ fn one_line(o: &Output) -> String {
     assert_eq!(err.lines().count(), 1, "one line expected:\n{err}");
     assert!(err.starts_with("error: "), "{err}");
     let line = err.trim_end_matches('\n');
-    assert!(!line.chars().any(|c| leaselock::config::is_refused_char(c)), "escaped: {line:?}");
+    assert!(!line.chars().any(leaselock::config::is_refused_char), "escaped: {line:?}");
     line.to_string()
 }
 
