@@ -114,21 +114,23 @@ fn say(t0: Instant, msg: impl AsRef<str>) {
 }
 
 /// `owned 20/30  demo-w1:10 demo-w2:10`, and with `gone` (a worker killed or leaving) its
-/// unexpired leases apart, as what they are: `  waiting on expiry: 10 of demo-w0 (in 2.1-3.9s)`.
-/// `total` is every stream of the demo, whichever worker a phase is about.
+/// unexpired leases apart, as what they are: `  waiting on expiry: 10 of demo-w0 (in 2.1-3.9s)`,
+/// then the expired ones nobody claimed yet: `  unowned 10`. `total` is every stream of the
+/// demo, whichever worker a phase is about.
 fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) -> String {
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     let mut waiting: Vec<u64> = Vec::new();
+    let mut unowned = 0;
     for i in items {
         match i.holder_at(now) {
             Some(o) if Some(o) == gone => waiting.push(i.expires_at_ms.unwrap_or(now) - now),
             Some(o) => *per.entry(o).or_default() += 1,
-            None => {}
+            None => unowned += 1,
         }
     }
     let owned: usize = per.values().sum();
     let workers: Vec<String> = per.iter().map(|(w, n)| format!("{w}:{n}")).collect();
-    let mut line = format!("owned {owned}/{total}  {}", workers.join(" "));
+    let mut line = format!("owned {owned}/{total}  {}", workers.join(" ")).trim_end().to_string();
     if let (Some(gone), Some(first), Some(last)) = (gone, waiting.iter().min(), waiting.iter().max()) {
         let secs = |ms: &u64| *ms as f64 / 1000.0;
         line.push_str(&format!(
@@ -137,6 +139,9 @@ fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) 
             secs(first),
             secs(last)
         ));
+    }
+    if gone.is_some() && unowned > 0 {
+        line.push_str(&format!("  unowned {unowned}"));
     }
     line
 }
@@ -501,10 +506,11 @@ mod tests {
         items.extend((0..9).map(|i| held(&format!("c{i}"), "w2", now + 15_000)));
         items.push(held("d0", "w2", now - 1));
         let line = status_line(&items, now, items.len(), Some("w0"));
-        assert_eq!(line, "owned 19/30  w1:10 w2:9  waiting on expiry: 10 of w0 (in 2.0-2.9s)");
+        assert_eq!(line, "owned 19/30  w1:10 w2:9  waiting on expiry: 10 of w0 (in 2.0-2.9s)  unowned 1");
         // Without a gone worker every unexpired lease counts, out of every stream.
         assert_eq!(status_line(&items, now, 30, None), "owned 29/30  w0:10 w1:10 w2:9");
-        // Once the gone worker's leases expired, nothing is said about it.
-        assert_eq!(status_line(&items, now + 3_000, 30, Some("w0")), "owned 19/30  w1:10 w2:9");
+        // Once the gone worker's leases expired they are unowned until someone claims them.
+        assert_eq!(status_line(&items, now + 3_000, 30, Some("w0")), "owned 19/30  w1:10 w2:9  unowned 11");
+        assert_eq!(status_line(&[], now, 30, None), "owned 0/30");
     }
 }
