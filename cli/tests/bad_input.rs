@@ -309,3 +309,31 @@ fn listings_print_bad_ids_already_in_a_table_escaped() {
     let value: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(value["id"], evil_id);
 }
+
+#[test]
+fn a_hint_that_fails_after_the_write_says_the_state_was_set() {
+    let Some(rt) = engine() else { return };
+    let aws = Aws::new(rt);
+    let table = unique("cli-hintfail");
+    let t = ["--table", table.as_str(), "--messages-table", "cli-hintfail-messages"];
+    assert!(leaselock(&[&t[..], &["table", "create"]].concat(), &[]).status.success());
+    // A FIFO queue exists (the check passes) but refuses a message without a group id.
+    let fifo = aws
+        .rt
+        .block_on(
+            aws.sqs
+                .create_queue()
+                .queue_name(format!("{}.fifo", unique("cli-fifo")))
+                .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+                .send(),
+        )
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let out = leaselock(&[&t[..], &["start", "s1", "--url", "wss://a.example/1", "--queue-url", &fifo]].concat(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let line = one_line(&out);
+    assert!(line.contains("s1 is STARTED but its hint was not sent") && line.contains("orphan index"), "{line}");
+    assert_eq!(aws.scan(&table).map(|items| items.len()), Some(1), "the state was set");
+}
