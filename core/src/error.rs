@@ -33,20 +33,16 @@ pub enum Error {
     /// The table does not exist (or not in this region / account).
     #[error("table {table} does not exist (run `leaselock table create`)")]
     TableNotFound { table: String },
-    /// Bad input, refused before anything was written; the message names the field.
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
+    /// Bad input, refused before anything was written. A rejected value quoted in `message` is
+    /// rendered with [`crate::render::value`] (bounded and escaped).
+    #[error("invalid {field}: {message}")]
+    InvalidInput { field: String, message: String },
     /// Any other store failure.
     #[error("store error: {0}")]
     Store(String),
 }
 
 impl Error {
-    /// Bad input in `field`, refused before anything was written.
-    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
-        Error::InvalidInput(format!("{field}: {message}"))
-    }
-
     /// A short stable name for the variant (used by tests, metrics and the bindings).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -60,9 +56,16 @@ impl Error {
             Error::Unreachable(_) => "Unreachable",
             Error::AccessDenied(_) => "AccessDenied",
             Error::TableNotFound { .. } => "TableNotFound",
-            Error::InvalidInput(_) => "InvalidInput",
+            Error::InvalidInput { .. } => "InvalidInput",
             Error::Store(_) => "Store",
         }
+    }
+}
+
+impl Error {
+    /// Bad input in `field`, refused before anything was written.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidInput { field: field.into(), message: message.into() }
     }
 }
 

@@ -32,6 +32,7 @@ pub mod lease;
 pub mod memory;
 pub mod metrics;
 pub mod protocol;
+pub mod render;
 pub mod store;
 
 #[cfg(feature = "dynamodb")]

@@ -92,13 +92,12 @@ impl Config {
             .renew_interval(millis(RENEW_MS, 5_000)?)
             .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?)
             .operation_budget(millis(OPERATION_BUDGET_MS, 10_000)?);
-        table.validate().map_err(|e| {
-            let message = match e {
-                leaselock::Error::InvalidInput(m) => m,
-                other => other.to_string(),
-            };
-            let var = FIELD_VARS.iter().find(|(field, _)| message.starts_with(field)).map_or(TABLE, |(_, var)| var);
-            ConfigError::Invalid { var, message }
+        table.validate().map_err(|e| match e {
+            leaselock::Error::InvalidInput { field, message } => {
+                let var = FIELD_VARS.iter().find(|(f, _)| *f == field).map_or(TABLE, |(_, var)| var);
+                ConfigError::Invalid { var, message: format!("{field}: {message}") }
+            }
+            other => ConfigError::Invalid { var: TABLE, message: other.to_string() },
         })?;
 
         let queue_url = required(QUEUE_URL)?;

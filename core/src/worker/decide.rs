@@ -147,7 +147,7 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::Unreachable(_)
         | Error::AccessDenied(_)
         | Error::TableNotFound { .. }
-        | Error::InvalidInput(_)
+        | Error::InvalidInput { .. }
         | Error::Store(_) => ClaimFailure::Error,
     }
 }

@@ -182,19 +182,19 @@ impl WorkerBuilder {
             h.wait = self.hint_wait;
         }
         let s = &self.settings;
-        let invalid = |msg: &str| Err(Error::InvalidInput(msg.to_string()));
+        let invalid = |field: &str, msg: &str| Err(Error::invalid(field, msg));
         if s.max_connections == 0 {
-            return invalid("max_connections: must be at least 1");
+            return invalid("max_connections", "must be at least 1");
         }
         if s.orphan_interval.is_zero() || s.desired_state_interval.is_zero() || s.metrics_interval.is_zero() {
-            return invalid("orphan_interval, desired_state_interval, metrics_interval: must be greater than zero");
+            return invalid("orphan_interval, desired_state_interval, metrics_interval", "must be greater than zero");
         }
         if let Some(h) = &self.hints {
             if h.wait > MAX_HINT_WAIT {
-                return invalid("hint_wait: at most 20 s");
+                return invalid("hint_wait", "at most 20 s");
             }
             if h.queue_url.is_empty() {
-                return invalid("hint queue_url: must not be empty");
+                return invalid("hint queue_url", "must not be empty");
             }
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
