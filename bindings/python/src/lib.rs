@@ -1,0 +1,57 @@
+//! `leaselock._native`: the Rust core seen from Python. Each module wraps one core module and
+//! only converts: arguments in, a core call, the result out. The public API is the pure-Python
+//! package `leaselock` around it.
+
+mod errors;
+mod fenced;
+mod lease;
+mod table;
+mod worker;
+
+use std::future::Future;
+
+use pyo3::prelude::*;
+
+/// The one runtime every call runs on (pyo3-async-runtimes' own), so sync and async calls share
+/// the SDK's connection pool.
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+/// Runs `fut` to completion with the GIL released: every blocking call of the binding goes
+/// through here.
+pub(crate) fn wait<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = leaselock::Result<T>> + Send,
+    T: Send,
+{
+    py.detach(|| runtime().block_on(fut)).map_err(|e| errors::to_py(py, e))
+}
+
+/// The awaitable form of `fut`, resolved on the caller's event loop.
+pub(crate) fn awaitable<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = leaselock::Result<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        fut.await.map_err(|e| Python::attach(|py| errors::to_py(py, e)))
+    })
+}
+
+/// Monotonic seconds from the store clock's reading `now_ms` to `deadline_ms` (negative once past).
+pub(crate) fn seconds_left(deadline_ms: u64, now_ms: u64) -> f64 {
+    (deadline_ms as f64 - now_ms as f64) / 1000.0
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<table::PyLeaseTable>()?;
+    m.add_class::<lease::PyLease>()?;
+    m.add_class::<lease::PyLeaseItem>()?;
+    m.add_class::<worker::PyWorker>()?;
+    m.add_class::<worker::PyConnection>()?;
+    m.add_class::<worker::PyWorkerSnapshot>()?;
+    Ok(())
+}
