@@ -51,7 +51,7 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
 }
 
 /// The field an InvalidInput message names: the core's messages start with it.
-fn field_of(message: &str) -> &str {
+pub(crate) fn field_of(message: &str) -> &str {
     let end = message.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(message.len());
     &message[..end]
 }

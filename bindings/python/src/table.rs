@@ -9,7 +9,7 @@ use leaselock::lease::claim_cutoff;
 use leaselock::{Attributes, Hold, LeaseStore, LeaseTable, TableConfig};
 use pyo3::prelude::*;
 
-use crate::errors::{invalid, to_py};
+use crate::errors::{field_of, invalid, to_py};
 use crate::lease::{PyLease, PyLeaseItem};
 use crate::{awaitable, runtime, wait};
 
@@ -43,6 +43,22 @@ fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<At
         *slot = name;
     }
     Ok(a)
+}
+
+/// A refused setting, named by the argument the caller passed.
+fn config_error(py: Python<'_>, e: leaselock::Error) -> PyErr {
+    match e {
+        leaselock::Error::InvalidInput(message) => {
+            let field = match field_of(&message) {
+                "lease_duration" => "lease_ms",
+                "renew_interval" => "renew_ms",
+                "clock_skew" => "clock_skew_ms",
+                other => other,
+            };
+            invalid(py, field, &message)
+        }
+        e => to_py(py, e),
+    }
 }
 
 fn ms(py: Python<'_>, field: &str, v: i64) -> PyResult<Duration> {
@@ -88,7 +104,7 @@ impl PyLeaseTable {
         if let Some(index) = index_name {
             config = config.index_name(index);
         }
-        config.validate().map_err(|e| to_py(py, e))?;
+        config.validate().map_err(|e| config_error(py, e))?;
         let sdk = py.detach(|| {
             let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
             if let Some(r) = region {

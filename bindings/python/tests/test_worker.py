@@ -1,0 +1,166 @@
+"""The Worker: core's runtime drives Python handlers; cancellation reaches them as CancelledError."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Dict, List, Optional
+
+import leaselock
+from conftest import LEASE_MS, RENEW_MS, SKEW_MS, raw_item, steal, wait_for
+
+
+def _worker(table, **kw) -> leaselock.Worker:
+    kw.setdefault("orphan_interval_ms", 300)
+    kw.setdefault("desired_state_interval_ms", 60_000)
+    kw.setdefault("handler_grace_ms", 1_000)
+    return leaselock.Worker(table, max_connections=10, metrics_interval_ms=600_000, **kw)
+
+
+class Seen:
+    """What each handler did, written from the loop thread, read from the test thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: Dict[str, float] = {}
+        self.cancelled: Dict[str, Optional[str]] = {}
+        self.progress: Dict[str, int] = {}
+
+    def count(self, id: str) -> int:
+        with self.lock:
+            return self.progress.get(id, 0)
+
+
+def _serve_in_thread(worker: leaselock.Worker) -> threading.Thread:
+    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_lost_lease_cancels_only_that_handler(table, dynamodb, table_name, ids) -> None:
+    streams = [ids(n) for n in ("a", "b", "c")]
+    for id in streams:
+        table.start(id, f"wss://feed.example/{id}")
+    worker = _worker(table)
+    seen = Seen()
+
+    @worker.handler
+    async def handle(conn: leaselock.Connection) -> None:
+        with seen.lock:
+            seen.started[conn.id] = time.monotonic()
+        seq = conn.last_seq or 0
+        try:
+            while True:
+                await asyncio.sleep(0.2)
+                seq += 1
+                await conn.checkpoint(seq)
+                with seen.lock:
+                    seen.progress[conn.id] = seq
+        except asyncio.CancelledError:
+            with seen.lock:
+                seen.cancelled[conn.id] = conn.cancel_reason
+            raise
+
+    thread = _serve_in_thread(worker)
+    wait_for(lambda: all(seen.count(id) > 0 for id in streams), 15, "every stream to be handled")
+    taken = streams[1]
+    steal(dynamodb, table_name, taken)
+    stolen_at = time.monotonic()
+    wait_for(lambda: taken in seen.cancelled, RENEW_MS / 1000 + 2, "the handler to be cancelled")
+    # Cancelled before the deadline it had when the item was rewritten.
+    assert time.monotonic() - stolen_at < (LEASE_MS - SKEW_MS) / 1000
+    assert seen.cancelled[taken] == "Lost"
+    # The others keep streaming and are not disturbed.
+    marks = {id: seen.count(id) for id in (streams[0], streams[2])}
+    wait_for(lambda: all(seen.count(id) > m + 3 for id, m in marks.items()), 10, "the others to keep going")
+    assert set(seen.cancelled) == {taken}
+    assert raw_item(dynamodb, table_name, taken)["lease_owner"] == {"S": "thief"}
+    assert taken not in worker.snapshot().held
+    worker.shutdown()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert seen.cancelled[streams[0]] == "Shutdown" and seen.cancelled[streams[2]] == "Shutdown"
+    for id in (streams[0], streams[2]):
+        assert table.get(id).expires_at_ms == 0
+    snap = worker.snapshot()
+    assert snap.leases_lost >= 1 and snap.released >= 2
+
+
+def test_raising_and_loop_blocking_handlers_do_not_hold_leases(table, dynamodb, table_name, ids) -> None:
+    boom, stuck, calm = ids("boom"), ids("stuck"), ids("calm")
+    for id in (boom, stuck, calm):
+        table.start(id, f"wss://feed.example/{id}")
+    worker = _worker(table, orphan_interval_ms=2_000)
+    seen = Seen()
+    blocking = threading.Event()
+    after_block: List[BaseException] = []
+
+    @worker.handler
+    async def handle(conn: leaselock.Connection) -> None:
+        with seen.lock:
+            seen.progress[conn.id] = seen.progress.get(conn.id, 0) + 1
+        if conn.id == boom:
+            raise ValueError("handler bug")
+        if conn.id == stuck and not blocking.is_set():
+            await asyncio.sleep(0.5)
+            blocking.set()
+            table.stop(stuck)
+            # Blocks the whole event loop, far past the lease's deadline.
+            time.sleep((LEASE_MS + 2_000) / 1000)
+            try:
+                await conn.checkpoint(1)
+            except BaseException as e:
+                after_block.append(e)
+            return
+        await asyncio.sleep(3600)
+
+    thread = _serve_in_thread(worker)
+    wait_for(blocking.is_set, 15, "the blocking handler")
+    blocked_at = time.monotonic()
+    # While the loop is stuck: STOP cancels the lease in Rust, the grace runs out, the lease is
+    # released: the stuck handler does not keep it.
+    wait_for(lambda: table.get(stuck).expires_at_ms == 0, LEASE_MS / 1000, "the stuck handler's lease to go")
+    assert time.monotonic() - blocked_at < (LEASE_MS + 2_000) / 1000, "released only after the loop unblocked"
+    # The calm connection's lease is still renewed meanwhile.
+    calm_expiry = table.get(calm).expires_at_ms
+    wait_for(lambda: table.get(calm).expires_at_ms > calm_expiry, RENEW_MS / 1000 + 2, "calm to be renewed")
+    wait_for(lambda: after_block, 10, "the handler to wake up")
+    assert isinstance(after_block[0], (leaselock.LeaseLost, asyncio.CancelledError)), after_block
+    # The raising handler was released and re-claimed; the worker is still up.
+    wait_for(lambda: worker.snapshot().handler_errors >= 2, 15, "the failing handler to be retried")
+    assert calm in worker.snapshot().held and thread.is_alive()
+    assert table.get(calm).owner == worker.worker_id
+    worker.shutdown()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert table.get(calm).expires_at_ms == 0
+
+
+def test_handler_decorator_and_serve_cancellation(table, ids) -> None:
+    id = ids("serve")
+    table.start(id, f"wss://feed.example/{id}")
+    worker = _worker(table)
+    running = asyncio.Event
+
+    async def main() -> None:
+        started = asyncio.Event()
+
+        @worker.handler
+        async def handle(conn: leaselock.Connection) -> None:
+            assert conn.fence >= 1 and conn.url == f"wss://feed.example/{id}" and conn.deadline > 0
+            started.set()
+            await asyncio.sleep(3600)
+
+        serving = asyncio.create_task(worker.serve())
+        await asyncio.wait_for(started.wait(), 15)
+        serving.cancel()
+        try:
+            await serving
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(main())
+    del running
+    # Cancelling serve() shut the worker down cleanly: the lease was released.
+    assert table.get(id).expires_at_ms == 0
