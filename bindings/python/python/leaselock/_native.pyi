@@ -1,6 +1,28 @@
 """Type stubs of the native module (checked against it with mypy.stubtest)."""
 
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any, Awaitable, Callable, Dict, List, Optional, final
+
+__all__ = [
+    "LeaseLockError",
+    "LeaseHeld",
+    "LeaseLost",
+    "LeaseNotFound",
+    "LeaseStopped",
+    "SeqNotIncreasing",
+    "Throttled",
+    "InvalidInput",
+    "StoreError",
+    "Timeout",
+    "Unreachable",
+    "AccessDenied",
+    "TableNotFound",
+    "LeaseTable",
+    "Lease",
+    "LeaseItem",
+    "Worker",
+    "Connection",
+    "WorkerSnapshot",
+]
 
 class LeaseLockError(Exception): ...
 class LeaseHeld(LeaseLockError):
@@ -27,6 +49,7 @@ class AccessDenied(StoreError): ...
 class TableNotFound(StoreError):
     table: str
 
+@final
 class LeaseItem:
     @property
     def id(self) -> str: ...
@@ -45,6 +68,7 @@ class LeaseItem:
     @property
     def ttl(self) -> Optional[int]: ...
 
+@final
 class Lease:
     @property
     def id(self) -> str: ...
@@ -74,6 +98,7 @@ class Lease:
     def release_async(self) -> Awaitable[None]: ...
     def wait_cancelled_async(self) -> Awaitable[Optional[str]]: ...
 
+@final
 class LeaseTable:
     def __new__(
         cls,
@@ -118,6 +143,7 @@ class LeaseTable:
     def desired_states_async(self, ids: List[str]) -> Awaitable[Dict[str, Optional[str]]]: ...
     def owned_by_async(self, owner: str) -> Awaitable[List[LeaseItem]]: ...
 
+@final
 class Connection:
     @property
     def id(self) -> str: ...
@@ -137,6 +163,7 @@ class Connection:
     def fenced_write_async(self, writes: List[Dict[str, Any]]) -> Awaitable[None]: ...
     def fenced_write_with_checkpoint_async(self, seq: int, writes: List[Dict[str, Any]]) -> Awaitable[None]: ...
 
+@final
 class WorkerSnapshot:
     @property
     def worker_id(self) -> str: ...
@@ -165,6 +192,7 @@ class WorkerSnapshot:
     @property
     def stopping(self) -> bool: ...
 
+@final
 class Worker:
     def __new__(
         cls,
