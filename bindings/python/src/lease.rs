@@ -6,7 +6,7 @@ use std::sync::Arc;
 use leaselock::{Hold, LeaseItem, SystemClock};
 use pyo3::prelude::*;
 
-use crate::{awaitable, errors, seconds_left, wait};
+use crate::{awaitable, errors, repr_opt, seconds_left, wait};
 
 /// One stored lease item, as read.
 #[pyclass(module = "leaselock._native", name = "LeaseItem", frozen, get_all, eq)]
@@ -41,8 +41,13 @@ impl From<LeaseItem> for PyLeaseItem {
 impl PyLeaseItem {
     fn __repr__(&self) -> String {
         format!(
-            "LeaseItem(id={:?}, desired_state={:?}, owner={:?}, fence={}, expires_at_ms={:?}, last_seq={:?})",
-            self.id, self.desired_state, self.owner, self.fence, self.expires_at_ms, self.last_seq
+            "LeaseItem(id={:?}, desired_state={}, owner={}, fence={}, expires_at_ms={}, last_seq={})",
+            self.id,
+            repr_opt(&self.desired_state),
+            repr_opt(&self.owner),
+            self.fence,
+            repr_opt(&self.expires_at_ms),
+            repr_opt(&self.last_seq)
         )
     }
 }
@@ -144,6 +149,6 @@ impl PyLease {
 
     fn __repr__(&self) -> String {
         let l = self.hold.current();
-        format!("Lease(id={:?}, owner={:?}, fence={}, last_seq={:?})", l.id, l.owner, l.fence, l.last_seq)
+        format!("Lease(id={:?}, owner={:?}, fence={}, last_seq={})", l.id, l.owner, l.fence, repr_opt(&l.last_seq))
     }
 }

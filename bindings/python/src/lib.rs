@@ -20,12 +20,26 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 
 /// Runs `fut` to completion with the GIL released: every blocking call of the binding goes
 /// through here.
+pub(crate) fn detached<F>(py: Python<'_>, fut: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    py.detach(|| runtime().block_on(fut))
+}
+
+/// [`detached`] for a core operation, its error mapped to the Python exception tree.
 pub(crate) fn wait<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     F: Future<Output = leaselock::Result<T>> + Send,
     T: Send,
 {
-    py.detach(|| runtime().block_on(fut)).map_err(|e| errors::to_py(py, e))
+    detached(py, fut).map_err(|e| errors::to_py(py, e))
+}
+
+/// `None` or the Python repr of a string.
+pub(crate) fn repr_opt<T: std::fmt::Debug>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "None".to_string(), |v| format!("{v:?}"))
 }
 
 /// The awaitable form of `fut`, resolved on the caller's event loop.

@@ -11,12 +11,14 @@ use pyo3::prelude::*;
 
 use crate::errors::{field_of, invalid, to_py};
 use crate::lease::{PyLease, PyLeaseItem};
-use crate::{awaitable, runtime, wait};
+use crate::{awaitable, detached, wait};
 
 /// Lease operations on one DynamoDB table.
 #[pyclass(module = "leaselock._native", name = "LeaseTable", frozen)]
 pub struct PyLeaseTable {
     pub(crate) table: Arc<LeaseTable>,
+    /// Region, endpoint and credentials, for the worker's hint queue too.
+    pub(crate) sdk: aws_config::SdkConfig,
 }
 
 /// `attributes={"owner": "holder", ...}` over the reference schema's names.
@@ -105,18 +107,16 @@ impl PyLeaseTable {
             config = config.index_name(index);
         }
         config.validate().map_err(|e| config_error(py, e))?;
-        let sdk = py.detach(|| {
-            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-            if let Some(r) = region {
-                loader = loader.region(aws_config::Region::new(r));
-            }
-            if let Some(e) = endpoint_url {
-                loader = loader.endpoint_url(e);
-            }
-            runtime().block_on(loader.load())
-        });
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(r) = region {
+            loader = loader.region(aws_config::Region::new(r));
+        }
+        if let Some(e) = endpoint_url {
+            loader = loader.endpoint_url(e);
+        }
+        let sdk = detached(py, loader.load());
         let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config).map_err(|e| to_py(py, e))?;
-        Ok(Self { table: Arc::new(table) })
+        Ok(Self { table: Arc::new(table), sdk })
     }
 
     #[getter]

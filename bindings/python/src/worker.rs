@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::errors::{invalid, to_py};
 use crate::lease::seq_arg;
 use crate::table::PyLeaseTable;
-use crate::{awaitable, fenced, runtime, seconds_left};
+use crate::{awaitable, fenced, repr_opt, seconds_left};
 
 /// One leased unit of work, handed to the handler.
 #[pyclass(module = "leaselock._native", name = "Connection", frozen)]
@@ -84,7 +84,12 @@ impl PyConnection {
     }
 
     fn __repr__(&self) -> String {
-        format!("Connection(id={:?}, fence={}, last_seq={:?})", self.conn.id(), self.conn.fence(), self.conn.last_seq())
+        format!(
+            "Connection(id={:?}, fence={}, last_seq={})",
+            self.conn.id(),
+            self.conn.fence(),
+            repr_opt(&self.conn.last_seq())
+        )
     }
 }
 
@@ -215,9 +220,7 @@ impl PyWorker {
             builder = builder.metrics_namespace(ns);
         }
         if let Some(url) = queue_url {
-            let sdk =
-                py.detach(|| runtime().block_on(aws_config::load_defaults(aws_config::BehaviorVersion::latest())));
-            builder = builder.hint_queue(aws_sdk_sqs::Client::new(&sdk), url);
+            builder = builder.hint_queue(aws_sdk_sqs::Client::new(&table.sdk), url);
         }
         let starter: Starter = Arc::default();
         let client = table.table.client().clone();

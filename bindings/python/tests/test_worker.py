@@ -164,3 +164,102 @@ def test_handler_decorator_and_serve_cancellation(table, ids) -> None:
     del running
     # Cancelling serve() shut the worker down cleanly: the lease was released.
     assert table.get(id).expires_at_ms == 0
+
+
+def test_hints_from_the_queue_claim_at_once(table, ids) -> None:
+    import boto3
+
+    sqs = boto3.client("sqs")
+    queue_url = sqs.create_queue(QueueName=ids("hints"))["QueueUrl"]
+    id = ids("hinted")
+    # The orphan index is polled once at start and then only every minute: the hint does it.
+    worker = _worker(table, queue_url=queue_url, orphan_interval_ms=60_000, hint_wait_ms=1_000)
+    claimed = threading.Event()
+
+    @worker.handler
+    async def handle(conn: leaselock.Connection) -> None:
+        claimed.set()
+        await asyncio.sleep(3600)
+
+    thread = _serve_in_thread(worker)
+    wait_for(lambda: worker.snapshot().orphan_polls >= 1, 10, "the first orphan poll")
+    table.start(id, f"wss://feed.example/{id}")
+    sqs.send_message(QueueUrl=queue_url, MessageBody='{"connection_id":"%s"}' % id)
+    assert claimed.wait(10), "the hinted work was not claimed"
+    assert worker.snapshot().hints_received >= 1
+    worker.shutdown()
+    thread.join(20)
+    assert table.get(id).expires_at_ms == 0
+
+
+def test_unreachable_store_cancels_at_the_deadline(ids, tmp_path) -> None:
+    """An engine of the test's own, frozen with SIGSTOP: no renewal can land, so the handler is
+    cancelled (Deadline) at the local deadline of the last renewal, not later."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[3]
+    log = open(tmp_path / "engine.log", "w")
+    engine = subprocess.Popen(
+        [sys.executable, str(root / "scripts" / "local_engine.py"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, 30, "the test's own engine")
+        table = leaselock.LeaseTable(
+            "py-deadline", endpoint_url=url, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS
+        )
+        table.create_table()
+        id = ids("frozen")
+        table.start(id, f"wss://feed.example/{id}")
+        worker = _worker(table)
+        conns: List[leaselock.Connection] = []
+        cancelled: Dict[str, object] = {}
+
+        @worker.handler
+        async def handle(conn: leaselock.Connection) -> None:
+            conns.append(conn)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError as e:
+                cancelled.update(reason=conn.cancel_reason, at=time.monotonic(), message=str(e))
+                raise
+
+        thread = _serve_in_thread(worker)
+        wait_for(lambda: conns, 15, "the claim")
+        # Let a renewal or two land, then freeze the store.
+        time.sleep(RENEW_MS / 1000 * 1.5)
+        os.kill(engine.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        deadline_at = time.monotonic() + conns[0].deadline
+        wait_for(lambda: cancelled, LEASE_MS / 1000 + 1, "the deadline cancellation")
+        assert cancelled["reason"] == "Deadline" and cancelled["message"] == "Deadline"
+        assert cancelled["at"] <= deadline_at + 0.3, cancelled["at"] - deadline_at
+        assert cancelled["at"] >= deadline_at - 0.3, deadline_at - cancelled["at"]
+        os.kill(engine.pid, signal.SIGCONT)
+        worker.shutdown()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        os.kill(engine.pid, signal.SIGCONT)
+        engine.terminate()
+        engine.wait(10)
+        log.close()
