@@ -157,7 +157,6 @@ def test_handler_decorator_and_serve_cancellation(table, ids) -> None:
     id = ids("serve")
     table.start(id, f"wss://feed.example/{id}")
     worker = _worker(table)
-    running = asyncio.Event
 
     async def main() -> None:
         started = asyncio.Event()
@@ -177,7 +176,6 @@ def test_handler_decorator_and_serve_cancellation(table, ids) -> None:
             pass
 
     asyncio.run(main())
-    del running
     # Cancelling serve() shut the worker down cleanly: the lease was released.
     assert table.get(id).expires_at_ms == 0
 
