@@ -8,9 +8,9 @@ FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python lint services services-stop bench bench-python demo wheel
 
-test: lint test-engine test-rust test-fleet test-lambdas test-infra
+test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python
 
 lint:
 	$(CARGO) fmt --all --check
@@ -37,6 +37,21 @@ test-infra:
 	scripts/install-infra-tools.sh
 	infra/test.sh
 
+# The Python binding, built (debug, the workspace's target dir) into .venv: its tests against the
+# local engine, the stubs against the native module, the README's examples, the example worker.
+test-python:
+	scripts/python-binding.sh
+	scripts/with-services.sh .venv/bin/python -m pytest -q bindings/python/tests
+	.venv/bin/python -m mypy.stubtest leaselock
+	$(CARGO) build -q -p leaselock-cli
+	scripts/with-services.sh scripts/python-example.sh
+
+# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/.
+wheel:
+	scripts/venv.sh
+	.venv/bin/pip install -q 'maturin>=1.16,<1.17'
+	.venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist
+
 services:
 	scripts/services.sh start
 
@@ -47,5 +62,10 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
-bench:
+bench: bench-python
 	lambdas/bench.sh
+
+# Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
+# against a keep-alive endpoint; writes bench/results/latest.json.
+bench-python:
+	scripts/bench-python.sh

@@ -28,6 +28,8 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod hint;
+#[cfg(feature = "dynamodb")]
+pub mod hold;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
@@ -52,6 +54,8 @@ pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
+#[cfg(feature = "dynamodb")]
+pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem};
 pub use memory::MemoryStore;
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
