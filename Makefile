@@ -8,9 +8,9 @@ FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-node lint services services-stop bench bench-node demo
 
-test: lint test-engine test-rust test-fleet test-lambdas test-infra
+test: lint test-engine test-rust test-fleet test-lambdas test-infra test-node
 
 lint:
 	$(CARGO) fmt --all --check
@@ -36,6 +36,11 @@ test-infra:
 	scripts/install-infra-tools.sh
 	infra/test.sh
 
+# The Node package (wasm + JavaScript driver) against the local engine.
+test-node:
+	scripts/build-wasm.sh
+	scripts/with-services.sh bindings/wasm/test.sh
+
 services:
 	scripts/services.sh start
 
@@ -46,5 +51,10 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
-bench:
+bench: bench-node
 	lambdas/bench.sh
+
+# Client CPU per renew: leaselock for Node vs the same UpdateItem through @aws-sdk/client-dynamodb.
+bench-node:
+	scripts/build-wasm.sh
+	node bindings/wasm/bench/renew.js
