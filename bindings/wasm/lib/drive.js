@@ -42,7 +42,7 @@ async function drive(op, client, signal, appendItems) {
     let step = JSON.parse(op.resume(clock.now(), clock.mono(), Math.random()));
     for (;;) {
       if (step.send !== undefined) {
-        const sent = await send(client, step.send, step.input, step.timeoutMs, signal, appendItems);
+        const sent = await send(client, step.send, step.request[step.send], step.timeoutMs, signal, appendItems);
         if (sent.failure === undefined) {
           step = JSON.parse(op.answer(clock.now(), clock.mono(), Math.random(), sent.output));
         } else {

@@ -137,7 +137,7 @@ class Keeper {
         continue;
       }
       // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-      const atDeadline = AbortSignal.timeout(Math.max(1, lease.deadline - now));
+      const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(lease.deadline - now)));
       let step;
       try {
         await lease.renew({ signal: atDeadline });

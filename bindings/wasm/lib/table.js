@@ -78,7 +78,7 @@ class LeaseTable {
     return this.#rules;
   }
 
-  #run(makeOp, signal, appendItems) {
+  async #run(makeOp, signal, appendItems) {
     signal?.throwIfAborted();
     return drive(call(makeOp), this.client, signal, appendItems);
   }
@@ -89,12 +89,12 @@ class LeaseTable {
   }
 
   /** Marks `id` STARTED with its `url` (idempotent; an owner keeps its lease). Resolves the item. */
-  start(id, url, { signal } = {}) {
+  async start(id, url, { signal } = {}) {
     return this.#run(() => this.#rules.start(text('id', id), text('url', url)), signal);
   }
 
   /** Marks `id` STOPPED; rejects with LeaseNotFoundError when it has no item. */
-  stop(id, { signal } = {}) {
+  async stop(id, { signal } = {}) {
     return this.#run(() => this.#rules.stop(text('id', id), Date.now()), signal);
   }
 
@@ -114,18 +114,24 @@ class LeaseTable {
   }
 
   /** A strongly consistent read; `null` when `id` has no item. */
-  get(id, { signal } = {}) {
+  async get(id, { signal } = {}) {
     return this.#run(() => this.#rules.get(text('id', id)), signal);
   }
 
   /**
    * STARTED items nobody holds (expiry older than now minus the clock skew, or `cutoffMs`),
-   * oldest first, across pages, at most `limit`.
+   * oldest first, read `pageSize` (default 1000) at a time, at most `limit`.
    */
-  orphans({ limit, cutoffMs, signal } = {}) {
+  async orphans({ limit, cutoffMs, pageSize = 1000, signal } = {}) {
     const max = limit === undefined ? -1 : count('limit', limit);
     const cutoff = cutoffMs === undefined ? -1 : count('cutoffMs', cutoffMs);
-    return this.#run(() => this.#rules.orphans(cutoff, max), signal);
+    const size = count('pageSize', pageSize);
+    return this.#run(() => this.#rules.orphans(cutoff, max, size), signal);
+  }
+
+  /** Internal: one page of orphans below `cutoffMs` (the worker's poll). */
+  async _orphansPage(cutoffMs, pageSize, signal) {
+    return this.#run(() => this.#rules.orphansPage(cutoffMs, pageSize), signal);
   }
 
   /** The desired state of every id: a Map from id to "STARTED", "STOPPED" or null. */
@@ -139,12 +145,12 @@ class LeaseTable {
   }
 
   /** The items whose lease `owner` holds now. */
-  ownedBy(owner, { signal } = {}) {
+  async ownedBy(owner, { signal } = {}) {
     return this.#run(() => this.#rules.ownedBy(text('owner', owner)), signal);
   }
 
   /** Every item under the key prefix. */
-  items({ signal } = {}) {
+  async items({ signal } = {}) {
     return this.#run(() => this.#rules.items(), signal);
   }
 
@@ -180,19 +186,19 @@ class LeaseTable {
   }
 
   /** Internal: the operations on a held lease, given its data. */
-  _renew(data, signal) {
+  async _renew(data, signal) {
     return this.#run(() => this.#rules.renew(JSON.stringify(data)), signal);
   }
 
-  _checkpoint(data, seq, signal) {
+  async _checkpoint(data, seq, signal) {
     return this.#run(() => this.#rules.checkpoint(JSON.stringify(data), count('seq', seq)), signal);
   }
 
-  _release(data, signal) {
+  async _release(data, signal) {
     return this.#run(() => this.#rules.release(JSON.stringify(data)), signal);
   }
 
-  _write(data, items, seq, signal) {
+  async _write(data, items, seq, signal) {
     if (!Array.isArray(items)) {
       throw invalid('items', 'must be an array of TransactWriteItems entries');
     }

@@ -10,8 +10,19 @@ use serde_json::{Map, Value};
 const MODES: &[&str] = &["item"];
 
 /// The options of `new LeaseTable(...)` other than `client`.
-const OPTIONS: &[&str] =
-    &["tableName", "leaseMs", "renewMs", "clockSkewMs", "keyPrefix", "indexName", "attributeNames", "mode"];
+const OPTIONS: &[&str] = &[
+    "tableName",
+    "leaseMs",
+    "renewMs",
+    "clockSkewMs",
+    "keyPrefix",
+    "indexName",
+    "ownerIndexName",
+    "operationBudgetMs",
+    "operationAttemptTimeoutMs",
+    "attributeNames",
+    "mode",
+];
 
 /// `attributeNames`' keys: any subset; the rest keep the reference schema's names.
 const ATTRIBUTE_NAMES: &[&str] = &["id", "desiredState", "url", "owner", "expiresAtMs", "lastSeq", "fence", "ttl"];
@@ -40,6 +51,15 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
     if let Some(index) = string(&options, "indexName")? {
         config = config.index_name(index);
     }
+    if let Some(index) = string(&options, "ownerIndexName")? {
+        config = config.owner_index_name(index);
+    }
+    if let Some(ms) = millis(&options, "operationBudgetMs")? {
+        config = config.operation_budget(ms);
+    }
+    if let Some(ms) = millis(&options, "operationAttemptTimeoutMs")? {
+        config = config.operation_attempt_timeout(ms);
+    }
     if let Some(names) = options.get("attributeNames").filter(|v| !v.is_null()) {
         let names = object("attributeNames", names.clone())?;
         known_keys(&names, "attributeNames.", ATTRIBUTE_NAMES)?;
@@ -62,7 +82,7 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
 }
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
-    Error::InvalidInput(format!("{field}: {msg}"))
+    Error::invalid(field, msg)
 }
 
 fn object(field: &str, value: Value) -> Result<Map<String, Value>> {
@@ -105,6 +125,9 @@ pub fn js_field(rust: &str) -> String {
     let known = [
         ("table_name", "tableName"),
         ("index_name", "indexName"),
+        ("owner_index_name", "ownerIndexName"),
+        ("operation_budget", "operationBudgetMs"),
+        ("operation_attempt_timeout", "operationAttemptTimeoutMs"),
         ("key_prefix", "keyPrefix"),
         ("lease_duration", "leaseMs"),
         ("renew_interval", "renewMs"),

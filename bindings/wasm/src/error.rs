@@ -24,7 +24,13 @@ pub fn to_json(e: &Error) -> Value {
             let (field, detail) = invalid_parts(text);
             json!({ "kind": kind, "message": format!("invalid {field}: {detail}"), "field": field })
         }
-        Error::Throttled | Error::Store(_) => json!({ "kind": kind, "message": message }),
+        Error::Timeout { outcome_unknown } => {
+            json!({ "kind": kind, "message": message, "outcomeUnknown": outcome_unknown })
+        }
+        Error::TableNotFound { table } => json!({ "kind": kind, "message": message, "table": table }),
+        Error::Throttled | Error::Unreachable(_) | Error::AccessDenied(_) | Error::Store(_) => {
+            json!({ "kind": kind, "message": message })
+        }
     }
 }
 
@@ -49,7 +55,11 @@ pub fn from_json(v: &Value) -> Error {
             Error::SeqNotIncreasing { id: str_of("id"), last_seq: num_of("lastSeq"), seq: num_of("seq") }
         }
         "Throttled" => Error::Throttled,
-        "InvalidInput" => Error::InvalidInput(format!("{}: {}", str_of("field"), str_of("message"))),
+        "Timeout" => Error::Timeout { outcome_unknown: v.get("outcomeUnknown").and_then(Value::as_bool).unwrap_or(true) },
+        "Unreachable" => Error::Unreachable(str_of("message")),
+        "AccessDenied" => Error::AccessDenied(str_of("message")),
+        "TableNotFound" => Error::TableNotFound { table: str_of("table") },
+        "InvalidInput" => Error::invalid(&str_of("field"), str_of("message")),
         _ => Error::Store(str_of("message")),
     }
 }

@@ -11,13 +11,20 @@
 mod config;
 mod error;
 mod lease;
+mod protocol;
 mod worker;
 
+use leaselock::protocol::{
+    Acquire, BatchDesiredStates, Checkpoint, CreateTable, FencedWrite, Get, Items, OrphansPage, OwnedBy, Release,
+    Renew, Start, Stop,
+};
 use leaselock::worker::decide;
 use leaselock::{Error, Lease, TableConfig};
 use wasm_bindgen::prelude::*;
 
 use crate::lease::JsLease;
+use crate::protocol::{Op, Orphans};
+
 
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &'static str = r#"
@@ -77,7 +84,7 @@ fn throw(e: &Error) -> JsValue {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, JsValue> {
-    serde_json::from_str(json).map_err(|e| throw(&Error::InvalidInput(format!("{what}: {e}"))))
+    serde_json::from_str(json).map_err(|e| throw(&Error::invalid(what, e)))
 }
 
 fn text(v: impl serde::Serialize) -> String {
@@ -157,6 +164,101 @@ impl Table {
     pub fn next_renew_at(&self, lease_json: &str) -> Result<f64, JsValue> {
         let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
         Ok(lease.next_renew_mono_ms(&self.config) as f64)
+    }
+}
+
+/// The lease operations: each returns an [`Op`] for `lib/drive.js` to step, or throws bad input.
+#[wasm_bindgen]
+impl Table {
+    #[wasm_bindgen(js_name = createTable)]
+    pub fn create_table(&self) -> Op {
+        Op::new(CreateTable::new(&self.config))
+    }
+
+    pub fn start(&self, id: &str, url: &str) -> Result<Op, JsValue> {
+        Start::new(&self.config, id, url).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn stop(&self, id: &str, now_ms: f64) -> Result<Op, JsValue> {
+        Stop::new(&self.config, id, now_ms as u64).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn acquire(&self, id: &str, owner: &str) -> Result<Op, JsValue> {
+        Acquire::new(&self.config, id, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    #[wasm_bindgen(js_name = acquireStarted)]
+    pub fn acquire_started(&self, id: &str, owner: &str) -> Result<Op, JsValue> {
+        Acquire::started(&self.config, id, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn renew(&self, lease_json: &str) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Renew::new(&self.config, &lease)))
+    }
+
+    pub fn release(&self, lease_json: &str) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Release::new(&self.config, &lease)))
+    }
+
+    pub fn checkpoint(&self, lease_json: &str, seq: f64) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Checkpoint::new(&self.config, &lease, seq as u64)))
+    }
+
+    /// A fenced write of `writes` caller's actions (appended by the driver), with the lease's
+    /// checkpoint to `checkpoint` when it is not negative.
+    #[wasm_bindgen(js_name = fencedWrite)]
+    pub fn fenced_write(
+        &self,
+        lease_json: &str,
+        now_ms: f64,
+        checkpoint: f64,
+        writes: u32,
+        token: &str,
+    ) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        let (now, writes) = (now_ms as u64, writes as usize);
+        let op = if checkpoint < 0.0 {
+            FencedWrite::new(&self.config, &lease, now, writes, token)
+        } else {
+            FencedWrite::with_checkpoint(&self.config, &lease, now, checkpoint as u64, writes, token)
+        };
+        op.map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn get(&self, id: &str) -> Result<Op, JsValue> {
+        Get::new(&self.config, id).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    /// Orphans below `cutoff_ms` (claimable now when negative), at most `limit` (none when
+    /// negative), read `page_size` at a time.
+    pub fn orphans(&self, cutoff_ms: f64, limit: f64, page_size: f64) -> Op {
+        let cutoff = (cutoff_ms >= 0.0).then_some(cutoff_ms as u64);
+        let limit = (limit >= 0.0).then_some(limit as usize);
+        Op::new(Orphans::new(&self.config, cutoff, limit, page_size as usize))
+    }
+
+    /// One page of orphans below `cutoff_ms` (the worker's poll).
+    #[wasm_bindgen(js_name = orphansPage)]
+    pub fn orphans_page(&self, cutoff_ms: f64, page_size: f64) -> Op {
+        Op::new(OrphansPage::new(&self.config, cutoff_ms as u64, page_size as usize, None))
+    }
+
+    #[wasm_bindgen(js_name = desiredStates)]
+    pub fn desired_states(&self, ids_json: &str) -> Result<Op, JsValue> {
+        let ids: Vec<String> = parse("ids", ids_json)?;
+        BatchDesiredStates::new(&self.config, &ids).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    #[wasm_bindgen(js_name = ownedBy)]
+    pub fn owned_by(&self, owner: &str) -> Result<Op, JsValue> {
+        OwnedBy::new(&self.config, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn items(&self) -> Op {
+        Op::new(Items::new(&self.config))
     }
 }
 

@@ -9,9 +9,10 @@
 
 use std::collections::HashMap;
 
-use leaselock::protocol::{Answer, CancellationReason, Input, Item, Operation, Output, Step};
+use leaselock::lease::claim_cutoff;
+use leaselock::protocol::{Answer, CancellationReason, Input, Item, Operation, OrphansPage, Output, Step};
 use leaselock::store::OrphanPage;
-use leaselock::{DesiredState, Lease, LeaseItem};
+use leaselock::{DesiredState, Lease, LeaseItem, TableConfig};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
@@ -63,6 +64,59 @@ impl IntoJs for HashMap<String, Option<DesiredState>> {
 impl IntoJs for OrphanPage {
     fn into_js(self) -> Value {
         json!({ "items": self.items.into_js(), "next": self.next })
+    }
+}
+
+/// `orphans`: every orphan below the cutoff (claimable now, by default), oldest first, across
+/// pages of `page_size`, at most `limit` (what `LeaseStore::orphans` does over pages).
+pub struct Orphans {
+    config: TableConfig,
+    cutoff_ms: Option<u64>,
+    limit: Option<usize>,
+    page_size: usize,
+    found: Vec<LeaseItem>,
+    page: Option<OrphansPage>,
+}
+
+impl Orphans {
+    pub fn new(config: &TableConfig, cutoff_ms: Option<u64>, limit: Option<usize>, page_size: usize) -> Self {
+        Self { config: config.clone(), cutoff_ms, limit, page_size: page_size.max(1), found: Vec::new(), page: None }
+    }
+
+    fn want(&self) -> usize {
+        self.limit.map_or(usize::MAX, |l| l - self.found.len()).min(self.page_size)
+    }
+}
+
+impl Operation for Orphans {
+    type Output = Vec<LeaseItem>;
+    fn next(&mut self, input: Input) -> Step<Vec<LeaseItem>> {
+        let fresh = Input::new(input.now_ms, input.mono_ms, input.random);
+        let cutoff = *self.cutoff_ms.get_or_insert_with(|| claim_cutoff(input.now_ms, &self.config));
+        if self.page.is_none() {
+            self.page = Some(OrphansPage::new(&self.config, cutoff, self.want(), None));
+        }
+        let step = self.page.as_mut().expect("a page is being read").next(input);
+        match step {
+            Step::Done(page) => {
+                self.found.extend(page.items);
+                match page.next {
+                    Some(after) if self.limit.is_none_or(|l| self.found.len() < l) => {
+                        self.page = Some(OrphansPage::new(&self.config, cutoff, self.want(), Some(after)));
+                        self.next(fresh)
+                    }
+                    _ => {
+                        if let Some(l) = self.limit {
+                            self.found.truncate(l);
+                        }
+                        Step::Done(std::mem::take(&mut self.found))
+                    }
+                }
+            }
+            Step::Send { request, attempt_timeout_ms } => Step::Send { request, attempt_timeout_ms },
+            Step::Sleep { ms } => Step::Sleep { ms },
+            Step::Fail(e) => Step::Fail(e),
+        }
     }
 }
 

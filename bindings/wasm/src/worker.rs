@@ -44,7 +44,7 @@ const SETTINGS: &[&str] = &[
 ];
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
-    Error::InvalidInput(format!("{field}: {msg}"))
+    Error::invalid(field, msg)
 }
 
 /// Validates the worker's options (JSON, without `table`, `sqs` and `handler`; `hints` says

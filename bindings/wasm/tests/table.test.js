@@ -110,7 +110,7 @@ test('orphans over 260 items, across pages, oldest first; claimed ones leave the
   const owned = await table.ownedBy('w');
   assert.deepEqual(owned.map((i) => i.id).sort(), ids.slice(1, 10));
   const states = await table.desiredStates([ids[0], ids[1], 'never-started']);
-  assert.deepEqual([...states], [[ids[0], 'STARTED'], [ids[1], 'STOPPED'], ['never-started', null]]);
+  assert.deepEqual([states.size, states.get(ids[0]), states.get(ids[1]), states.get('never-started')], [3, 'STARTED', 'STOPPED', null]);
 });
 
 test('fleet claims take only STARTED work; stop of a missing id is NotFound', async () => {
