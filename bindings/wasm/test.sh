@@ -7,4 +7,5 @@ exec node --test --test-concurrency=1 \
   tests/errors.test.js \
   tests/table.test.js \
   tests/ambiguous.test.js \
-  tests/worker.test.js
+  tests/worker.test.js \
+  tests/readme.test.js

@@ -64,7 +64,9 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
         let names = object("attributeNames", names.clone())?;
         known_keys(&names, "attributeNames.", ATTRIBUTE_NAMES)?;
         let name = |key: &str, default: String| -> Result<String> {
-            Ok(string(&names, key).map_err(|_| invalid(&format!("attributeNames.{key}"), "must be a string"))?.unwrap_or(default))
+            Ok(string(&names, key)
+                .map_err(|_| invalid(&format!("attributeNames.{key}"), "must be a string"))?
+                .unwrap_or(default))
         };
         let d = Attributes::default();
         config = config.attributes(Attributes {

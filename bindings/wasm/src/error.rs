@@ -55,7 +55,9 @@ pub fn from_json(v: &Value) -> Error {
             Error::SeqNotIncreasing { id: str_of("id"), last_seq: num_of("lastSeq"), seq: num_of("seq") }
         }
         "Throttled" => Error::Throttled,
-        "Timeout" => Error::Timeout { outcome_unknown: v.get("outcomeUnknown").and_then(Value::as_bool).unwrap_or(true) },
+        "Timeout" => {
+            Error::Timeout { outcome_unknown: v.get("outcomeUnknown").and_then(Value::as_bool).unwrap_or(true) }
+        }
         "Unreachable" => Error::Unreachable(str_of("message")),
         "AccessDenied" => Error::AccessDenied(str_of("message")),
         "TableNotFound" => Error::TableNotFound { table: str_of("table") },
@@ -71,7 +73,10 @@ mod tests {
     #[test]
     fn fields_survive_the_round_trip() {
         let held = to_json(&Error::Held { owner: "w1".into(), expires_at_ms: 42 });
-        assert_eq!((held["kind"].as_str(), held["owner"].as_str(), held["expiresAtMs"].as_u64()), (Some("Held"), Some("w1"), Some(42)));
+        assert_eq!(
+            (held["kind"].as_str(), held["owner"].as_str(), held["expiresAtMs"].as_u64()),
+            (Some("Held"), Some("w1"), Some(42))
+        );
         assert!(matches!(from_json(&held), Error::Held { expires_at_ms: 42, .. }));
         let lost = to_json(&Error::Lost { id: "a".into() });
         assert!(matches!(from_json(&lost), Error::Lost { id } if id == "a"));

@@ -25,7 +25,6 @@ use wasm_bindgen::prelude::*;
 use crate::lease::JsLease;
 use crate::protocol::{Op, Orphans};
 
-
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &'static str = r#"
 /** What the fleet should be doing with a unit of work. */
@@ -154,8 +153,14 @@ impl Table {
         random: f64,
     ) -> Result<String, JsValue> {
         let err = error::from_json(&parse("error", error_json)?);
-        let step =
-            worker::after_renewal_error(&err, attempt, now_mono_ms as u64, deadline_mono_ms as u64, &self.config, random);
+        let step = worker::after_renewal_error(
+            &err,
+            attempt,
+            now_mono_ms as u64,
+            deadline_mono_ms as u64,
+            &self.config,
+            random,
+        );
         Ok(text(step))
     }
 

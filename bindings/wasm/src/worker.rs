@@ -64,7 +64,8 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
                 .ok_or_else(|| invalid(key, format!("{v} is not a whole number of at least {min}"))),
         }
     };
-    let worker_id = map.get("workerId").and_then(Value::as_str).ok_or_else(|| invalid("workerId", "must be a string"))?;
+    let worker_id =
+        map.get("workerId").and_then(Value::as_str).ok_or_else(|| invalid("workerId", "must be a string"))?;
     leaselock::config::validate_id("workerId", worker_id)?;
     let hints = map.get("hints").and_then(Value::as_bool).unwrap_or(false);
     match map.get("queueUrl") {
