@@ -12,12 +12,12 @@
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
-// Dependencies resolve from the package next door (bindings/wasm/node_modules).
+// The package and its dependencies resolve from bindings/wasm (the package is its own name there).
 const require = createRequire(new URL('../bindings/wasm/package.json', import.meta.url));
 const { DynamoDBClient } = require('@aws-sdk/client-dynamodb');
 const { SQSClient } = require('@aws-sdk/client-sqs');
 const WebSocket = require('ws');
-const { LeaseTable, Worker } = require('../bindings/wasm/index.js');
+const { LeaseTable, Worker } = require('leaselock');
 
 const env = process.env;
 const number = (name) => (env[name] === undefined ? undefined : Number(env[name]));
