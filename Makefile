@@ -36,9 +36,11 @@ test-infra:
 	scripts/install-infra-tools.sh
 	infra/test.sh
 
-# The Node package (wasm + JavaScript driver) against the local engine.
+# The Node package (wasm + JavaScript driver) against the local engine; the example worker
+# test runs against the CLI's local feed.
 test-node:
 	scripts/build-wasm.sh
+	$(CARGO) build -q -p leaselock-cli
 	scripts/with-services.sh bindings/wasm/test.sh
 
 services:

@@ -8,4 +8,5 @@ exec node --test --test-concurrency=1 \
   tests/table.test.js \
   tests/ambiguous.test.js \
   tests/worker.test.js \
-  tests/readme.test.js
+  tests/readme.test.js \
+  tests/example.test.js
