@@ -24,7 +24,7 @@ pub enum Request {
     /// The protocol sends only the lease's own action; the driver appends the caller's writes
     /// after it (see [`super::FencedWrite`]).
     TransactWriteItems(TransactWriteItems),
-    CreateTable(CreateTable),
+    CreateTable(TableDefinition),
     UpdateTable(UpdateTable),
     DescribeTable(DescribeTable),
     DescribeTimeToLive(DescribeTimeToLive),
@@ -206,7 +206,7 @@ pub struct GlobalSecondaryIndex {
 /// The table definition: key, the orphan index and the owner index, on-demand billing.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct CreateTable {
+pub struct TableDefinition {
     pub table_name: String,
     pub attribute_definitions: Vec<AttributeDefinition>,
     pub key_schema: Vec<KeySchemaElement>,

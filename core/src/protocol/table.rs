@@ -2,8 +2,8 @@
 //! TTL, created when missing; an existing table without the owner index gets it added.
 
 use super::request::{
-    AttributeDefinition, CreateTable as CreateTableRequest, DescribeTable, DescribeTimeToLive, GlobalSecondaryIndex,
-    GlobalSecondaryIndexUpdate, KeySchemaElement, Output, Projection, Request, TimeToLiveSpecification, UpdateTable,
+    AttributeDefinition, DescribeTable, DescribeTimeToLive, GlobalSecondaryIndex, GlobalSecondaryIndexUpdate,
+    KeySchemaElement, Output, Projection, Request, TableDefinition, TimeToLiveSpecification, UpdateTable,
     UpdateTimeToLive,
 };
 use super::{read_answer, triage, Answer, Budget, Input, Operation, Step, Triage};
@@ -45,9 +45,9 @@ pub fn owner_index(config: &TableConfig) -> GlobalSecondaryIndex {
 }
 
 /// The CreateTable request `create_table` sends.
-pub fn table_definition(config: &TableConfig) -> CreateTableRequest {
+pub fn table_definition(config: &TableConfig) -> TableDefinition {
     let a = &config.attributes;
-    CreateTableRequest {
+    TableDefinition {
         table_name: config.table_name.clone(),
         attribute_definitions: vec![
             attr(&a.id, "S"),
