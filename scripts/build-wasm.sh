@@ -26,7 +26,7 @@ if [[ "$have" != "$want" ]]; then
 fi
 
 # Size over speed for the one artifact people download; applies to this build only.
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=z CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 export CARGO_PROFILE_RELEASE_PANIC=abort
 cargo_build=(cargo build -q -p leaselock-wasm --target "$target" --release)
 if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
@@ -61,7 +61,7 @@ wasm-bindgen --target nodejs --out-dir "$pkg/pkg" "$out"
 wasm_opt="$pkg/node_modules/.bin/wasm-opt"
 if [[ -x $wasm_opt ]]; then
   # The features come from the module's target_features section.
-  "$wasm_opt" -Os --strip-debug --strip-producers "$pkg/pkg/leaselock_wasm_bg.wasm" -o "$pkg/pkg/leaselock_wasm_bg.wasm"
+  "$wasm_opt" -Oz --strip-debug --strip-producers "$pkg/pkg/leaselock_wasm_bg.wasm" -o "$pkg/pkg/leaselock_wasm_bg.wasm"
 fi
 touch "$stamp"
 echo "build-wasm: $pkg/pkg/leaselock_wasm_bg.wasm $(stat -c %s "$pkg/pkg/leaselock_wasm_bg.wasm") bytes"

@@ -46,10 +46,16 @@ const SINGLE_ATTEMPT = {
   override: true,
 };
 
-/** An SDK answer as JSON text: binary values as base64, as in the DynamoDB JSON API. */
+/**
+ * An SDK answer as JSON text: binary values (Uint8Array, which would print as `{"0":..}`) as
+ * base64, as in the DynamoDB JSON API. The replacer costs a call per value, so it is only used
+ * when a `B` or `BS` value is there (an attribute merely named `B` just takes the slow path).
+ */
 function outputJson(output) {
-  return JSON.stringify(output, binaryAsBase64);
+  const text = JSON.stringify(output);
+  return BINARY.test(text) ? JSON.stringify(output, binaryAsBase64) : text;
 }
+const BINARY = /"BS?":\[?\{/;
 
 function binaryAsBase64(_key, value) {
   return value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value;
@@ -104,4 +110,4 @@ function describe(error, timedOut) {
   };
 }
 
-module.exports = { send, COMMANDS };
+module.exports = { send, outputJson, COMMANDS };

@@ -108,3 +108,11 @@ test('worker options are checked, naming the option', () => {
   assert.match(w.workerId, new RegExp(`-${process.pid}-[0-9a-f]{6}$`));
   assert.equal(w.snapshot().maxConnections, 700);
 });
+
+test('binary values in an SDK answer cross as base64 (the DynamoDB JSON form)', () => {
+  const { outputJson } = require('../lib/io');
+  const plain = { Item: { connection_id: { S: 'a' }, B: { S: 'an attribute named B' } } };
+  assert.equal(outputJson(plain), JSON.stringify(plain));
+  const binary = { Item: { blob: { B: new Uint8Array([1, 2, 3]) }, set: { BS: [new Uint8Array([255])] } } };
+  assert.deepEqual(JSON.parse(outputJson(binary)).Item, { blob: { B: 'AQID' }, set: { BS: ['/w=='] } });
+});
