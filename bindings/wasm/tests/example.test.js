@@ -34,7 +34,7 @@ function run(cmd, args, env) {
   return child;
 }
 
-test('the Node reference worker streams, checkpoints, hands over on SIGTERM and resumes', async () => {
+test('the Node reference worker streams, checkpoints, hands over on SIGTERM and resumes', { timeout: 90_000 }, async (t) => {
   const suffix = `${process.pid}-${Date.now().toString(36)}`;
   const env = { ...process.env, LEASELOCK_TABLE: `example-${suffix}`, LEASELOCK_MESSAGES_TABLE: `example-msgs-${suffix}` };
   const port = await freePort();
@@ -50,6 +50,7 @@ test('the Node reference worker streams, checkpoints, hands over on SIGTERM and 
     let floor = 0;
     for (const runNo of [1, 2]) {
       const worker = run(process.execPath, ['examples/node_worker.mjs'], env);
+      t.after(() => worker.kill('SIGKILL'));
       await eventually(async () => (await lastSeqs()).every((s) => s >= floor + 20), 15_000, `run ${runNo} progress`);
       worker.kill('SIGTERM');
       const { code, signal } = await worker.exited;

@@ -153,7 +153,7 @@ test('using(): claims, renews on schedule, releases after the routine, resolves 
   assert.deepEqual([item.owner, item.expiresAtMs], ['w', 0]);
 });
 
-test("using(): the signal aborts before the deadline when the lease is taken behind the routine's back", async () => {
+test("using(): the signal aborts before the deadline when the lease is taken behind the routine's back", { timeout: 30_000 }, async () => {
   const table = await freshTable(FAST);
   const seen = await table.using('job', { owner: 'w' }, async (lease, signal) => {
     const item = await rawItem(table, 'job');

@@ -36,12 +36,24 @@ async function startAll(table, ids) {
   await Promise.all(ids.map((id) => table.start(id, `ws://127.0.0.1:9/${id}`)));
 }
 
-test("a lease taken behind a handler's back aborts its signal before the deadline; the others keep going", async () => {
+const LIMIT = { timeout: 60_000 };
+
+/** Runs the worker; a failing test still shuts it down, so the test process can end. */
+function runWorker(t, worker) {
+  const running = worker.run();
+  t.after(() => {
+    worker.shutdown();
+    return running;
+  });
+  return running;
+}
+
+test("a lease taken behind a handler's back aborts its signal before the deadline; the others keep going", LIMIT, async (t) => {
   const table = await freshTable(FAST);
   await startAll(table, ['s1', 's2', 's3']);
   const { conns, handler } = recorder();
   const worker = new Worker({ table, handler, orphanIntervalMs: 200, desiredStateIntervalMs: 500, logger: quiet });
-  const running = worker.run();
+  const running = runWorker(t, worker);
   await eventually(() => conns.size === 3, 10_000, 'three handlers running');
   const s1 = conns.get('s1');
   const item = await rawItem(table, 's1');
@@ -75,12 +87,12 @@ test("a lease taken behind a handler's back aborts its signal before the deadlin
   assert.deepEqual(await rawItem(table, 's1'), intruder);
 });
 
-test('STOP aborts the handler with LeaseStoppedError and the lease is released', async () => {
+test('STOP aborts the handler with LeaseStoppedError and the lease is released', LIMIT, async (t) => {
   const table = await freshTable(FAST);
   await startAll(table, ['a', 'b']);
   const { conns, handler } = recorder();
   const worker = new Worker({ table, handler, orphanIntervalMs: 200, desiredStateIntervalMs: 300, logger: quiet });
-  const running = worker.run();
+  const running = runWorker(t, worker);
   await eventually(() => conns.size === 2, 10_000, 'two handlers running');
   await table.stop('a');
   await eventually(() => conns.get('a').ended, 5_000, 'a aborted');
@@ -92,14 +104,14 @@ test('STOP aborts the handler with LeaseStoppedError and the lease is released',
   assert.deepEqual([snapshot.released, snapshot.leasesLost], [2, 0]);
 });
 
-test('a hint makes the worker claim at once; released work is hinted on shutdown', async () => {
+test('a hint makes the worker claim at once; released work is hinted on shutdown', LIMIT, async (t) => {
   const table = await freshTable(FAST);
   const sqs = new SQSClient({});
   const { QueueUrl: queueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `${table.tableName}-hints` }));
   const { conns, handler } = recorder();
   // Orphan polls a minute apart: only the hint can explain a quick claim.
   const worker = new Worker({ table, handler, sqs, queueUrl, orphanIntervalMs: 60_000, hintWaitMs: 1_000, logger: quiet });
-  const running = worker.run();
+  const running = runWorker(t, worker);
   await eventually(() => worker.snapshot().orphanPolls === 1, 5_000, 'first orphan poll');
   await table.start('h1', 'ws://127.0.0.1:9/h1');
   await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: 'not a hint' }));
@@ -112,7 +124,7 @@ test('a hint makes the worker claim at once; released work is hinted on shutdown
   assert.deepEqual((out.Messages ?? []).map((m) => JSON.parse(m.Body)), [{ connection_id: 'h1' }]);
 });
 
-test('SIGTERM: a worker process releases its leases and exits cleanly', async () => {
+test('SIGTERM: a worker process releases its leases and exits cleanly', LIMIT, async (t) => {
   const table = await freshTable(FAST);
   await startAll(table, ['p1', 'p2']);
   const child = spawn(process.execPath, [path.join(__dirname, 'fixtures/worker-process.js'), table.tableName, 'proc-w'], {
@@ -128,6 +140,7 @@ test('SIGTERM: a worker process releases its leases and exits cleanly', async ()
     lines.push(...parts.map((l) => JSON.parse(l)));
   });
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  t.after(() => child.kill('SIGKILL'));
   await eventually(() => lines.filter((l) => l.claimed).length === 2, 10_000, 'two claims in the child');
   child.kill('SIGTERM');
   assert.deepEqual(await exited, { code: 0, signal: null });
