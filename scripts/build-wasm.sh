@@ -29,21 +29,8 @@ fi
 # LTO and one codegen unit for size; applies to this build only.
 export CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 export CARGO_PROFILE_RELEASE_PANIC=abort
-cargo_build=(cargo build -q -p leaselock-wasm --target "$target" --release)
-if rustup target list --installed 2>/dev/null | grep -qx "$target"; then
-  "${cargo_build[@]}"
-elif rustup target add "$target"; then
-  "${cargo_build[@]}"
-else
-  # Offline fallback: Debian's rustc with its own std sources builds std for wasm32.
-  echo "build-wasm: rustup could not add $target; building std with Debian's rustc-web"
-  if [[ ! -x /usr/bin/cargo ]] || ! dpkg -s rust-web-src >/dev/null 2>&1; then
-    apt-get update -q
-    apt-get install -y -q rustc-web cargo-web rust-web-src lld-22
-  fi
-  RUSTC_BOOTSTRAP=1 /usr/bin/cargo build -q -p leaselock-wasm --target "$target" --release \
-    -Zbuild-std=std,panic_abort
-fi
+# The target (or TOOLCHAIN.md's offline fallback) comes from the shared installer.
+scripts/install-wasm-target.sh build -q -p leaselock-wasm --target "$target" --release >/dev/null
 
 # npm dependencies first: binaryen (wasm-opt) comes with them.
 if [[ ! -d $pkg/node_modules || $pkg/package-lock.json -nt $pkg/node_modules ]]; then
