@@ -8,9 +8,9 @@ FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python lint services services-stop bench bench-python demo wheel
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-python bench-node demo wheel
 
-test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python
+test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
 
 lint:
 	$(CARGO) fmt --all --check
@@ -52,6 +52,13 @@ wheel:
 	.venv/bin/pip install -q 'maturin>=1.16,<1.17'
 	.venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist
 
+# The Node package (wasm + JavaScript driver) against the local engine; the example worker
+# test runs against the CLI's local feed.
+test-node:
+	scripts/build-wasm.sh
+	$(CARGO) build -q -p leaselock-cli
+	scripts/with-services.sh bindings/wasm/test.sh
+
 services:
 	scripts/services.sh start
 
@@ -62,10 +69,15 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
-bench: bench-python
+bench: bench-python bench-node
 	lambdas/bench.sh
 
 # Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
 # against a keep-alive endpoint; writes bench/results/latest.json.
 bench-python:
 	scripts/bench-python.sh
+
+# Client CPU per renew: leaselock for Node vs the same UpdateItem through @aws-sdk/client-dynamodb.
+bench-node:
+	scripts/build-wasm.sh
+	node bindings/wasm/bench/renew.js

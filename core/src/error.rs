@@ -64,8 +64,8 @@ impl Error {
 
 impl Error {
     /// Bad input in `field`, refused before anything was written.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::InvalidInput { field: field.into(), message: message.into() }
+    pub fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::InvalidInput { field: field.into(), message: message.to_string() }
     }
 }
 

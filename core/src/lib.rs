@@ -43,6 +43,11 @@ pub mod dynamo;
 pub mod fenced;
 #[cfg(feature = "dynamodb")]
 pub mod worker;
+/// Without the native runtime, the worker's decisions alone (the wasm build drives them).
+#[cfg(not(feature = "dynamodb"))]
+pub mod worker {
+    pub mod decide;
+}
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;

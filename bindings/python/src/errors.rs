@@ -50,12 +50,6 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
     v.into_py_any(py).unwrap_or_else(|_| py.None())
 }
 
-/// The field an InvalidInput message names: the core's messages start with it.
-pub(crate) fn field_of(message: &str) -> &str {
-    let end = message.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(message.len());
-    &message[..end]
-}
-
 /// The Python exception for a core error.
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
     let message = err.to_string();
@@ -74,7 +68,13 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
             &[("id", obj(py, id)), ("last_seq", obj(py, last_seq)), ("seq", obj(py, seq))],
         ),
         Error::Throttled => Throttled::new_err(message),
-        Error::InvalidInput(detail) => invalid(py, field_of(&detail), &message),
+        Error::InvalidInput { field, .. } => invalid(py, &field, &message),
+        Error::Timeout { outcome_unknown } => {
+            with_attrs(py, Timeout::new_err(message), &[("outcome_unknown", obj(py, outcome_unknown))])
+        }
+        Error::Unreachable(_) => Unreachable::new_err(message),
+        Error::AccessDenied(_) => AccessDenied::new_err(message),
+        Error::TableNotFound { table } => with_attrs(py, TableNotFound::new_err(message), &[("table", obj(py, table))]),
         Error::Store(_) => StoreError::new_err(message),
     }
 }

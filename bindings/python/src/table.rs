@@ -9,7 +9,7 @@ use leaselock::lease::claim_cutoff;
 use leaselock::{Attributes, Hold, LeaseStore, LeaseTable, TableConfig};
 use pyo3::prelude::*;
 
-use crate::errors::{field_of, invalid, to_py};
+use crate::errors::{invalid, to_py};
 use crate::lease::{PyLease, PyLeaseItem};
 use crate::{awaitable, detached, wait};
 
@@ -50,14 +50,14 @@ fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<At
 /// A refused setting, named by the argument the caller passed.
 fn config_error(py: Python<'_>, e: leaselock::Error) -> PyErr {
     match e {
-        leaselock::Error::InvalidInput(message) => {
-            let field = match field_of(&message) {
+        leaselock::Error::InvalidInput { field, message } => {
+            let field = match field.as_str() {
                 "lease_duration" => "lease_ms",
                 "renew_interval" => "renew_ms",
                 "clock_skew" => "clock_skew_ms",
                 other => other,
             };
-            invalid(py, field, &message)
+            invalid(py, field, &format!("invalid {field}: {message}"))
         }
         e => to_py(py, e),
     }
