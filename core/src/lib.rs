@@ -35,6 +35,10 @@ pub mod store;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub mod election;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;
 #[cfg(feature = "dynamodb")]
@@ -46,12 +50,17 @@ pub use clock::{Clock, ManualClock, SkewedClock};
 pub use config::{Attributes, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
+#[cfg(feature = "dynamodb")]
+pub use election::dynamo::DynamoRegistry;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub use election::{Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, StoreElection, Strategy, Term};
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
 pub use lease::{DesiredState, Lease, LeaseItem};
 pub use memory::MemoryStore;
+
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};

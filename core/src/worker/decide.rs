@@ -144,6 +144,11 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::SeqNotIncreasing { .. }
         | Error::Throttled
         | Error::InvalidInput(_)
+        | Error::Timeout { .. }
+        | Error::Unreachable(_)
+        | Error::AccessDenied(_)
+        | Error::TableNotFound { .. }
+        | Error::Script(_)
         | Error::Store(_) => ClaimFailure::Error,
     }
 }
