@@ -110,7 +110,7 @@ impl Store {
                     .table_name(&config.table_name)
                     .key(&config.attributes.id, AttributeValue::S(config.key(&format!("fencecheck/{name}"))))
                     .update_expression("SET #f = :f")
-                    .condition_expression("attribute_not_exists(#f) OR #f < :f")
+                    .condition_expression("attribute_not_exists(#f) OR #f <= :f")
                     .expression_attribute_names("#f", "last_fence")
                     .expression_attribute_values(":f", AttributeValue::N(lease.fence.to_string()))
                     .build()
@@ -586,6 +586,7 @@ pub fn strategic(setup: &Setup, term_ms: u64) {
         e["kind"] == "enter" && e["id"] == "c40"
     });
     shared.stop();
+    let stopped_at = now_ms();
     fleet.children.retain(|(id, _)| id != "c30");
     fleet.join(Duration::from_secs(30));
     let events = shared.events();
@@ -606,7 +607,7 @@ pub fn strategic(setup: &Setup, term_ms: u64) {
     assert!(held + 300 >= term_ms && off <= 300, "c20 stepped down {held} ms into its leadership (term {term_ms} ms)");
     let mid_term = of_kind(&events, "enter")
         .into_iter()
-        .filter(|e| e["id"] == "c10" && e["t"].as_u64().unwrap() > top_at)
+        .filter(|e| e["id"] == "c10" && (top_at..stopped_at).contains(&e["t"].as_u64().unwrap()))
         .count();
     assert_eq!(mid_term, 0, "c10 never led once better candidates were there");
     eprintln!("{}: c20 stepped down {held} ms after its claim (term {term_ms} ms)", setup.backend);
