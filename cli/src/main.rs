@@ -2,6 +2,7 @@
 //! the local demo.
 
 mod demo;
+mod leader;
 mod ops;
 mod refworker;
 mod upstream;
@@ -100,6 +101,8 @@ enum Command {
     Upstream(upstream::UpstreamArgs),
     /// Run the local demo: a fleet of workers, a crash and a graceful hand-over.
     Demo(demo::DemoArgs),
+    /// Run a command only on the elected process (exit 75 when skipped).
+    RunIfLeader(leader::RunIfLeaderArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,6 +166,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,
+        Command::RunIfLeader(r) => leader::run(&args, r).await,
     }
 }
 
