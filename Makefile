@@ -7,6 +7,8 @@ CARGO ?= cargo
 FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
+# And the election benchmark (it also uses the local Redis, see scripts/redis.sh).
+ELECTION_BENCH_PORT ?= 4578
 
 .PHONY: test test-engine test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
 
@@ -36,6 +38,7 @@ test-infra:
 	scripts/install-infra-tools.sh
 	infra/test.sh
 
+# The local AWS engine and the local Redis (scripts/redis.sh).
 services:
 	scripts/services.sh start
 
@@ -48,3 +51,4 @@ demo:
 
 bench:
 	lambdas/bench.sh
+	MOTO_PORT=$(ELECTION_BENCH_PORT) scripts/with-services.sh $(CARGO) test --release -q -p leaselock --features redis --test election_bench -- --ignored --nocapture

@@ -35,7 +35,16 @@ fn run_if_leader(backend: &Backend, name: &str, lease_ms: u64, extra: &[&str], s
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));
     let renew = (lease_ms / 4).to_string();
     let skew = (lease_ms / 6).to_string();
-    cmd.args(["--lease-ms", &lease_ms.to_string(), "--renew-ms", &renew, "--skew-ms", &skew, "--key-prefix", &backend.prefix]);
+    cmd.args([
+        "--lease-ms",
+        &lease_ms.to_string(),
+        "--renew-ms",
+        &renew,
+        "--skew-ms",
+        &skew,
+        "--key-prefix",
+        &backend.prefix,
+    ]);
     match &backend.table {
         Some(table) => {
             cmd.env_remove("LEASELOCK_REDIS_URL").args(["--table", table]);
@@ -103,7 +112,12 @@ fn three_at_once_run_once(backend: Backend) {
     let outputs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
     let mut codes: Vec<i32> = outputs.iter().map(|o| o.status.code().unwrap()).collect();
     codes.sort();
-    assert_eq!(codes, [0, 75, 75], "one ran, two were skipped: {:?}", outputs.iter().map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        codes,
+        [0, 75, 75],
+        "one ran, two were skipped: {:?}",
+        outputs.iter().map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect::<Vec<_>>()
+    );
     assert_eq!(lines(&log), ["1"], "the command ran once, with fence 1");
     let skipped = outputs.iter().find(|o| o.status.code() == Some(75)).unwrap();
     assert!(String::from_utf8_lossy(&skipped.stderr).contains("skipped: nightly is led by"));
@@ -139,10 +153,10 @@ fn slots_run_the_command_on_at_most_n_hosts() {
     let dir = scratch("slots");
     let log = dir.join("ran");
     let script = format!("echo \"$LEASELOCK_SLOT\" >> {}; sleep 1", log.display());
-    let children: Vec<Child> = (0..5)
-        .map(|_| run_if_leader(&backend, "pool", 3_000, &["--slots", "2"], &script).spawn().unwrap())
-        .collect();
-    let mut codes: Vec<i32> = children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap()).collect();
+    let children: Vec<Child> =
+        (0..5).map(|_| run_if_leader(&backend, "pool", 3_000, &["--slots", "2"], &script).spawn().unwrap()).collect();
+    let mut codes: Vec<i32> =
+        children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap()).collect();
     codes.sort();
     assert_eq!(codes, [0, 0, 75, 75, 75]);
     let mut slots = lines(&log);

@@ -37,10 +37,10 @@ pub mod store;
 pub mod dynamo;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub mod election;
-#[cfg(feature = "redis")]
-pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod worker;
 
@@ -53,7 +53,9 @@ pub use dynamo::LeaseTable;
 #[cfg(feature = "dynamodb")]
 pub use election::dynamo::DynamoRegistry;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
-pub use election::{Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, StoreElection, Strategy, Term};
+pub use election::{
+    Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, StoreElection, Strategy, Term,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use election_support::Setup;
 use leaselock::election::{
-    Candidate, ElectionBackend, ElectionOptions, LeaderElector, MemoryRegistry, Outcome, Strategy, StoreElection,
+    Candidate, ElectionBackend, ElectionOptions, LeaderElector, MemoryRegistry, Outcome, StoreElection, Strategy,
     TermEnd,
 };
 use leaselock::{DynamoRegistry, LeaseStore, MemoryStore, SystemClock, TableConfig};
@@ -66,15 +66,16 @@ async fn a_contender_is_skipped_while_the_leader_runs_and_fences_increase() {
 async fn a_waiting_contender_runs_once_the_leader_is_done() {
     let (_, backend) = memory(2_000);
     let a = elector(&backend, "a", ElectionOptions::default());
-    let b = elector(&backend, "b", ElectionOptions::default().wait(Duration::from_secs(3)).retry_delay(Duration::from_millis(50)));
-    let started = Instant::now();
-    let (ra, rb) = tokio::join!(
-        a.run_if_leader("job", |_| tokio::time::sleep(Duration::from_millis(300))),
-        async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            b.run_if_leader("job", |t| async move { t.fence() }).await
-        }
+    let b = elector(
+        &backend,
+        "b",
+        ElectionOptions::default().wait(Duration::from_secs(3)).retry_delay(Duration::from_millis(50)),
     );
+    let started = Instant::now();
+    let (ra, rb) = tokio::join!(a.run_if_leader("job", |_| tokio::time::sleep(Duration::from_millis(300))), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b.run_if_leader("job", |t| async move { t.fence() }).await
+    });
     assert!(matches!(ra.unwrap(), Outcome::Led { fence: 1, .. }));
     assert!(matches!(rb.unwrap(), Outcome::Led { value: 2, .. }));
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -83,7 +84,8 @@ async fn a_waiting_contender_runs_once_the_leader_is_done() {
 #[tokio::test]
 async fn the_minimum_lease_outlives_a_short_action() {
     let (_, backend) = memory(1_000);
-    let opts = ElectionOptions::default().min_lease(Duration::from_millis(1_800)).retry_delay(Duration::from_millis(40));
+    let opts =
+        ElectionOptions::default().min_lease(Duration::from_millis(1_800)).retry_delay(Duration::from_millis(40));
     let a = elector(&backend, "a", opts.clone());
     let b = elector(&backend, "b", opts.wait(Duration::from_secs(5)));
     let claimed = Instant::now();
@@ -175,7 +177,11 @@ async fn a_group_admits_at_most_its_slots() {
     let most = Arc::new(AtomicU32::new(0));
     let mut tasks = Vec::new();
     for i in 0..9 {
-        let e = elector(&backend, &format!("w{i}"), ElectionOptions::default().wait(Duration::from_secs(5)).retry_delay(Duration::from_millis(10)));
+        let e = elector(
+            &backend,
+            &format!("w{i}"),
+            ElectionOptions::default().wait(Duration::from_secs(5)).retry_delay(Duration::from_millis(10)),
+        );
         let (running, most) = (running.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
             e.run_if_slot("pool", 3, |term| async move {
@@ -189,7 +195,9 @@ async fn a_group_admits_at_most_its_slots() {
         }));
     }
     for t in tasks {
-        let Outcome::Led { value: slot, .. } = t.await.unwrap().unwrap() else { panic!("every worker gets a slot in the end") };
+        let Outcome::Led { value: slot, .. } = t.await.unwrap().unwrap() else {
+            panic!("every worker gets a slot in the end")
+        };
         assert!(slot < 3);
     }
     assert_eq!(most.load(Ordering::SeqCst), 3);

@@ -49,7 +49,12 @@ fn options(lease_ms: u64) -> RedisOptions {
 
 async fn redis_cli(url: &str, args: &[&str]) -> String {
     let port = url.rsplit(':').next().unwrap().trim_end_matches('/').to_string();
-    let out = tokio::process::Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port]).args(args).output().await.unwrap();
+    let out = tokio::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -155,7 +160,11 @@ async fn failures_are_typed_errors() {
             held.push(s);
         }
     });
-    let opts = RedisOptions { response_timeout: Duration::from_millis(300), connect_timeout: Duration::from_millis(300), ..options(2_000) };
+    let opts = RedisOptions {
+        response_timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        ..options(2_000)
+    };
     let err = match RedisElection::connect(&format!("redis://127.0.0.1:{port}"), opts).await {
         Err(e) => e,
         Ok(r) => r.claim("leader/t", "a").await.unwrap_err(),
@@ -171,7 +180,8 @@ async fn failures_are_typed_errors() {
     redis_cli(&url, &["DEL", &key]).await;
     // A server with a password: a wrong one is refused as access denied.
     let Some(server) = PasswordServer::start() else { return };
-    let wrong = RedisElection::connect(&format!("redis://:nope@127.0.0.1:{}", server.port), options(2_000)).await.unwrap_err();
+    let wrong =
+        RedisElection::connect(&format!("redis://:nope@127.0.0.1:{}", server.port), options(2_000)).await.unwrap_err();
     assert_eq!(wrong.kind(), "AccessDenied", "{wrong}");
     let none = RedisElection::connect(&format!("redis://127.0.0.1:{}", server.port), options(2_000)).await;
     let denied = match none {
@@ -179,7 +189,8 @@ async fn failures_are_typed_errors() {
         Ok(r) => r.claim("leader/p", "a").await.unwrap_err(),
     };
     assert_eq!(denied.kind(), "AccessDenied", "{denied}");
-    let right = RedisElection::connect(&format!("redis://:s3cret@127.0.0.1:{}", server.port), options(2_000)).await.unwrap();
+    let right =
+        RedisElection::connect(&format!("redis://:s3cret@127.0.0.1:{}", server.port), options(2_000)).await.unwrap();
     right.claim("leader/p", "a").await.unwrap();
 }
 

@@ -46,8 +46,7 @@ pub mod requests {
 
     /// A candidate's entry in the map.
     pub fn entry(candidate: &Candidate, expires_at_ms: u64) -> Value {
-        let meta: Map<String, Value> =
-            candidate.metadata.iter().map(|(k, v)| (k.clone(), json!({ "S": v }))).collect();
+        let meta: Map<String, Value> = candidate.metadata.iter().map(|(k, v)| (k.clone(), json!({ "S": v }))).collect();
         json!({ "M": {
             "score": { "N": candidate.score.to_string() },
             "load": { "N": candidate.load.to_string() },
@@ -237,7 +236,9 @@ fn json_of(v: &AttributeValue) -> serde_json::Value {
     match v {
         AttributeValue::S(s) => json!({ "S": s }),
         AttributeValue::N(n) => json!({ "N": n }),
-        AttributeValue::M(m) => json!({ "M": m.iter().map(|(k, v)| (k.clone(), json_of(v))).collect::<serde_json::Map<_, _>>() }),
+        AttributeValue::M(m) => {
+            json!({ "M": m.iter().map(|(k, v)| (k.clone(), json_of(v))).collect::<serde_json::Map<_, _>>() })
+        }
         AttributeValue::L(l) => json!({ "L": l.iter().map(json_of).collect::<Vec<_>>() }),
         AttributeValue::Bool(b) => json!({ "BOOL": b }),
         _ => json!({ "NULL": true }),
@@ -280,6 +281,11 @@ impl CandidateRegistry for DynamoRegistry {
             .map_err(sdk_error)?;
         let now = self.clock.now_ms();
         let map = out.item().and_then(|i| i.get(CANDIDATES_ATTRIBUTE)).map(json_of);
-        Ok(map.map(|m| requests::parse(&m)).unwrap_or_default().into_iter().filter(|c| is_live(c.expires_at_ms, now)).collect())
+        Ok(map
+            .map(|m| requests::parse(&m))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| is_live(c.expires_at_ms, now))
+            .collect())
     }
 }

@@ -19,10 +19,9 @@ impl Strategy {
         let by_id = |a: &&Candidate, b: &&Candidate| b.id.cmp(&a.id);
         let best = match self {
             Strategy::HighestScore => candidates.iter().max_by(|a, b| a.score.total_cmp(&b.score).then(by_id(a, b))),
-            Strategy::PreferredNode(id) => candidates
-                .iter()
-                .find(|c| &c.id == id)
-                .or_else(|| Strategy::HighestScore.pick_candidate(candidates)),
+            Strategy::PreferredNode(id) => {
+                candidates.iter().find(|c| &c.id == id).or_else(|| Strategy::HighestScore.pick_candidate(candidates))
+            }
             Strategy::LeastLoaded => candidates.iter().max_by(|a, b| b.load.total_cmp(&a.load).then(by_id(a, b))),
         };
         best.map(|c| c.id.as_str())
@@ -39,7 +38,11 @@ mod tests {
     use super::*;
 
     fn three() -> Vec<Candidate> {
-        vec![Candidate::new("b", 20.0).load(0.1), Candidate::new("a", 10.0).load(0.5), Candidate::new("c", 30.0).load(0.9)]
+        vec![
+            Candidate::new("b", 20.0).load(0.1),
+            Candidate::new("a", 10.0).load(0.5),
+            Candidate::new("c", 30.0).load(0.9),
+        ]
     }
 
     #[test]

@@ -89,7 +89,10 @@ impl RedisOptions {
             return Err(Error::invalid("skew", "must be greater than zero"));
         }
         if self.lease <= self.skew * 2 {
-            return Err(Error::invalid("lease", format!("{:?} must be greater than 2 x skew ({:?})", self.lease, self.skew)));
+            return Err(Error::invalid(
+                "lease",
+                format!("{:?} must be greater than 2 x skew ({:?})", self.lease, self.skew),
+            ));
         }
         if self.renew.is_zero() || self.renew >= self.lease - self.skew {
             return Err(Error::invalid("renew", "must be greater than zero and less than lease - skew"));
@@ -99,7 +102,8 @@ impl RedisOptions {
 }
 
 /// The server's clock in ms, first thing in every script.
-const NOW: &str = "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n";
+const NOW: &str =
+    "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n";
 
 /// KEYS: lease, fence counter. ARGV: owner, lease ms.
 const CLAIM: &str = r#"
@@ -276,7 +280,8 @@ impl RedisElection {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.connect_timeout));
-        let conn = client.get_multiplexed_async_connection_with_config(&config).await.map_err(|e| redis_error(&e, false))?;
+        let conn =
+            client.get_multiplexed_async_connection_with_config(&config).await.map_err(|e| redis_error(&e, false))?;
         Ok(Self { conn, options, clock: Arc::new(SystemClock), scripts: Arc::new(Scripts::new()) })
     }
 

@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaselock::election::{Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, Strategy, Term, TermEnd};
+use leaselock::election::{
+    Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, Strategy, Term, TermEnd,
+};
 use leaselock::{Clock, Lease, SystemClock};
 use serde_json::{json, Value};
 
@@ -119,7 +121,9 @@ impl Store {
                 leaselock::fenced_write(table.client(), config, lease, now_ms(), vec![write]).await
             }
             #[cfg(feature = "redis")]
-            Store::Redis(redis) => redis.fenced_set(lease, &format!("fencecheck/{name}"), &lease.fence.to_string()).await,
+            Store::Redis(redis) => {
+                redis.fenced_set(lease, &format!("fencecheck/{name}"), &lease.fence.to_string()).await
+            }
         }
     }
 }
@@ -216,7 +220,8 @@ impl Shared {
     /// Runs `f` on the state under an exclusive file lock.
     pub fn with_state<T>(&self, f: impl FnOnce(&mut Value) -> T) -> T {
         let mut file = self.state_file();
-        file.lock().unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
         let mut text = String::new();
         file.read_to_string(&mut text).unwrap();
         let mut state: Value = serde_json::from_str(&text).unwrap();
@@ -224,7 +229,7 @@ impl Shared {
         file.set_len(0).unwrap();
         file.rewind().unwrap();
         file.write_all(state.to_string().as_bytes()).unwrap();
-        file.unlock().unwrap();
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) }, 0);
         out
     }
 
@@ -367,7 +372,9 @@ async fn contend() {
         };
         match outcome {
             Ok(Outcome::Led { fence, end, .. }) => {
-                shared.log(json!({"kind": "exit", "id": role.id, "fence": fence, "end": format!("{end:?}"), "t": now_ms()}));
+                shared.log(
+                    json!({"kind": "exit", "id": role.id, "fence": fence, "end": format!("{end:?}"), "t": now_ms()}),
+                );
                 // Give the others a turn before contending again.
                 tokio::time::sleep(Duration::from_millis(setup.retry_ms)).await;
             }
@@ -409,7 +416,9 @@ async fn act(term: Term, role: Role, shared: Shared, store: Arc<Store>) -> TermE
         match store.fenced_write(term.lease(), &role.name).await {
             Ok(()) => {}
             Err(e) if term.is_cancelled() => shared.log(json!({"kind": "late", "id": id, "error": e.to_string()})),
-            Err(e) => shared.log(json!({"kind": "violation", "what": "fenced write", "id": id, "error": e.to_string()})),
+            Err(e) => {
+                shared.log(json!({"kind": "violation", "what": "fenced write", "id": id, "error": e.to_string()}))
+            }
         }
     }
     let until = Instant::now() + Duration::from_millis(role.action_ms);
@@ -571,11 +580,10 @@ pub fn strategic(setup: &Setup, term_ms: u64) {
     let killed_at = now_ms();
     shared.with_state(|s| s["holders"] = json!(0));
     // Its registration runs out (one lease), then its lease (lease + skew).
-    let next = shared.wait_for(
-        "the next candidate",
-        Duration::from_millis(2 * setup.lease_ms + setup.skew_ms + 5_000),
-        |e| e["kind"] == "enter" && e["t"].as_u64().unwrap() > killed_at,
-    );
+    let next =
+        shared.wait_for("the next candidate", Duration::from_millis(2 * setup.lease_ms + setup.skew_ms + 5_000), |e| {
+            e["kind"] == "enter" && e["t"].as_u64().unwrap() > killed_at
+        });
     assert_eq!(next["id"], "c20", "the next best took over");
     let c20_at = next["t"].as_u64().unwrap();
     // Let c20 be a while into a term, then bring a better candidate.
@@ -647,7 +655,8 @@ pub fn frozen_leader(setup: &Setup) {
         let role = Role { action_ms: 60_000, wait_ms: 5_000, ..Role::new("frozen", &format!("f{i}"), "frozen") };
         fleet.spawn(setup, &role, &shared);
     }
-    let act = shared.wait_for("a leader acting", Duration::from_secs(30), |e| e["kind"] == "act" && e["result"] == "Ok");
+    let act =
+        shared.wait_for("a leader acting", Duration::from_secs(30), |e| e["kind"] == "act" && e["result"] == "Ok");
     let frozen = act["id"].as_str().unwrap().to_string();
     fleet.signal(&frozen, libc::SIGSTOP);
     let frozen_at = now_ms();
