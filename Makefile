@@ -7,6 +7,8 @@ CARGO ?= cargo
 FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
+# And the election benchmark (it also uses the local Redis, see scripts/redis.sh).
+ELECTION_BENCH_PORT ?= 4578
 
 .PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-python bench-node demo wheel
 
@@ -59,6 +61,7 @@ test-node:
 	$(CARGO) build -q -p leaselock-cli
 	scripts/with-services.sh bindings/wasm/test.sh
 
+# The local AWS engine and the local Redis (scripts/redis.sh).
 services:
 	scripts/services.sh start
 
@@ -71,6 +74,7 @@ demo:
 
 bench: bench-python bench-node
 	lambdas/bench.sh
+	MOTO_PORT=$(ELECTION_BENCH_PORT) scripts/with-services.sh $(CARGO) test --release -q -p leaselock --features redis --test election_bench -- --ignored --nocapture
 
 # Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
 # against a keep-alive endpoint; writes bench/results/latest.json.

@@ -2,6 +2,7 @@
 //! the local demo.
 
 mod demo;
+mod leader;
 mod ops;
 mod refworker;
 mod upstream;
@@ -104,6 +105,8 @@ enum Command {
     Upstream(upstream::UpstreamArgs),
     /// Run the local demo: a fleet of workers, a crash and a graceful hand-over.
     Demo(demo::DemoArgs),
+    /// Run a command only on the elected process (exit 75 when skipped).
+    RunIfLeader(leader::RunIfLeaderArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -137,6 +140,7 @@ impl From<leaselock::Error> for Failure {
             | E::Unreachable(_)
             | E::AccessDenied(_)
             | E::TableNotFound { .. }
+            | E::Script(_)
             | E::Store(_) => Failure::Other(e.to_string()),
         }
     }
@@ -157,7 +161,7 @@ fn main() -> ExitCode {
     // Without LEASELOCK_LOG: the long-running commands log our warnings; an operator command's
     // outcome is the one line it prints, so the retries behind it are not shown.
     let level = match cli.command {
-        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) => "warn",
+        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) | Command::RunIfLeader(_) => "warn",
         Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
             "error"
         }
@@ -192,6 +196,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,
+        Command::RunIfLeader(r) => leader::run(&args, r).await,
     }
 }
 

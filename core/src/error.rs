@@ -33,6 +33,9 @@ pub enum Error {
     /// The table does not exist (or not in this region / account).
     #[error("table {table} does not exist (run `leaselock table create`)")]
     TableNotFound { table: String },
+    /// The store refused a server-side script (Redis: a Lua error, NOSCRIPT, a busy script).
+    #[error("script refused by the store: {0}")]
+    Script(String),
     /// Bad input, refused before anything was written. A rejected value quoted in `message` is
     /// rendered with [`crate::render::value`] (bounded and escaped).
     #[error("invalid {field}: {message}")]
@@ -56,6 +59,7 @@ impl Error {
             Error::Unreachable(_) => "Unreachable",
             Error::AccessDenied(_) => "AccessDenied",
             Error::TableNotFound { .. } => "TableNotFound",
+            Error::Script(_) => "Script",
             Error::InvalidInput { .. } => "InvalidInput",
             Error::Store(_) => "Store",
         }

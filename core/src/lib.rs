@@ -39,8 +39,12 @@ pub mod store;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub mod election;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod worker;
 /// Without the native runtime, the worker's decisions alone (the wasm build drives them).
@@ -55,6 +59,12 @@ pub use clock::{Clock, ManualClock, SkewedClock};
 pub use config::{Attributes, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
+#[cfg(feature = "dynamodb")]
+pub use election::dynamo::DynamoRegistry;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub use election::{
+    Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, StoreElection, Strategy, Term,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
@@ -63,6 +73,7 @@ pub use hint::Hint;
 pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem};
 pub use memory::MemoryStore;
+
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};

@@ -75,7 +75,8 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
         Error::Unreachable(_) => Unreachable::new_err(message),
         Error::AccessDenied(_) => AccessDenied::new_err(message),
         Error::TableNotFound { table } => with_attrs(py, TableNotFound::new_err(message), &[("table", obj(py, table))]),
-        Error::Store(_) => StoreError::new_err(message),
+        // A server-side script refused (Redis): a store failure like any other.
+        Error::Script(_) | Error::Store(_) => StoreError::new_err(message),
     }
 }
 

@@ -28,7 +28,7 @@ pub fn to_json(e: &Error) -> Value {
             json!({ "kind": kind, "message": message, "outcomeUnknown": outcome_unknown })
         }
         Error::TableNotFound { table } => json!({ "kind": kind, "message": message, "table": table }),
-        Error::Throttled | Error::Unreachable(_) | Error::AccessDenied(_) | Error::Store(_) => {
+        Error::Throttled | Error::Unreachable(_) | Error::AccessDenied(_) | Error::Script(_) | Error::Store(_) => {
             json!({ "kind": kind, "message": message })
         }
     }

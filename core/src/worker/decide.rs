@@ -148,6 +148,7 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::AccessDenied(_)
         | Error::TableNotFound { .. }
         | Error::InvalidInput { .. }
+        | Error::Script(_)
         | Error::Store(_) => ClaimFailure::Error,
     }
 }
