@@ -64,7 +64,8 @@ impl Setup {
     }
 }
 
-/// The backend, plus what a fenced write goes through.
+/// The backend, plus what a fenced write goes through (one per test process: its size is moot).
+#[allow(clippy::large_enum_variant)]
 pub enum Store {
     Dynamo(leaselock::LeaseTable),
     #[cfg(feature = "redis")]
