@@ -7,12 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${MOTO_PORT:-4566}"
+NAME=moto
+WHERE="http://127.0.0.1:$PORT"
 STATE=.services
-PIDFILE="$STATE/moto-$PORT.pid"
-URL="http://127.0.0.1:$PORT"
+# shellcheck source=scripts/service-lib.sh
+source scripts/service-lib.sh
 
-answers() { curl -fs -o /dev/null --max-time 1 "$URL/moto-api/" 2>/dev/null; }
-ours() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+answers() { curl -fs -o /dev/null --max-time 1 "$WHERE/moto-api/" 2>/dev/null; }
 
 # scripts/local_engine.py patches moto's internals: the version it was written against.
 MOTO_VERSION=5.2.5
@@ -26,41 +27,12 @@ install() {
 }
 
 start() {
-  if answers; then
-    echo "services: moto already answering on $URL"
-    return 0
-  fi
-  install
-  mkdir -p "$STATE"
-  echo "services: starting moto on $URL"
-  nohup .venv/bin/python scripts/local_engine.py -H 127.0.0.1 -p "$PORT" >"$STATE/moto-$PORT.log" 2>&1 &
-  echo $! >"$PIDFILE"
-  for _ in $(seq 1 150); do
-    if answers; then
-      echo "services: moto ready (pid $(cat "$PIDFILE"))"
-      return 0
-    fi
-    ours || { echo "services: moto exited; log follows" >&2; cat "$STATE/moto-$PORT.log" >&2; return 1; }
-    sleep 0.2
-  done
-  echo "services: moto did not answer on $URL within 30 s" >&2
-  return 1
-}
-
-stop() {
-  if ours; then
-    local pid
-    pid=$(cat "$PIDFILE")
-    kill "$pid"
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    echo "services: moto stopped (pid $pid)"
-  fi
-  rm -f "$PIDFILE"
+  launch 30 0.2 .venv/bin/python scripts/local_engine.py -H 127.0.0.1 -p "$PORT"
 }
 
 case "${1:-start}" in
   start) start; scripts/redis.sh start ;;
   stop) stop; scripts/redis.sh stop ;;
-  status) if answers; then echo "moto answering on $URL"; else echo "moto not running"; exit 1; fi; scripts/redis.sh status ;;
+  status) status || exit 1; scripts/redis.sh status ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -163,6 +163,12 @@ function fromWasm(thrown) {
   return thrown;
 }
 
+/** The error JSON the decisions take back (`{ kind, message, id }`): `Store` for a non-leaselock error. */
+function toRust(e) {
+  const kind = e instanceof LeaseLockError ? e.kind : 'Store';
+  return JSON.stringify({ kind, message: String(e?.message ?? e), id: e?.id });
+}
+
 /** Bad input found on the JavaScript side (an argument of the wrong type). */
 function invalid(field, message) {
   return new InvalidInputError(`invalid ${field}: ${message}`, { field });
@@ -185,5 +191,6 @@ module.exports = {
   ShutdownError,
   fromRust,
   fromWasm,
+  toRust,
   invalid,
 };

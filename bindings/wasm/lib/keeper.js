@@ -5,7 +5,7 @@
 
 const wasm = require('../pkg/leaselock_wasm.js');
 const { clock } = require('./drive');
-const { LeaseLockError, LeaseLostError, LeaseStoppedError, ShutdownError } = require('./errors');
+const { LeaseLockError, LeaseLostError, LeaseStoppedError, ShutdownError, toRust } = require('./errors');
 
 /** The abort reason of a handler's signal: an error whose `reason` names the CancelReason. */
 function abortReason(reason, id) {
@@ -23,12 +23,6 @@ function abortReason(reason, id) {
       return e;
     }
   }
-}
-
-/** The error JSON the decisions take back (`{ kind, ...fields }`). */
-function errorJson(e) {
-  const kind = e instanceof LeaseLockError ? e.kind : 'Store';
-  return JSON.stringify({ kind, message: String(e?.message ?? e), id: e?.id });
 }
 
 class Keeper {
@@ -149,7 +143,7 @@ class Keeper {
           return;
         }
         step = JSON.parse(
-          this.#rules.afterRenewalError(errorJson(e), attempt, clock.mono(), lease.deadline, Math.random()),
+          this.#rules.afterRenewalError(toRust(e), attempt, clock.mono(), lease.deadline, Math.random()),
         );
         attempt += 1;
       }

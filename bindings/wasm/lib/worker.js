@@ -8,7 +8,7 @@
 const os = require('node:os');
 const wasm = require('../pkg/leaselock_wasm.js');
 const { clock, sleep } = require('./drive');
-const { LeaseLockError, LeaseLostError, fromWasm, invalid } = require('./errors');
+const { LeaseLostError, fromWasm, invalid, toRust } = require('./errors');
 const { Keeper } = require('./keeper');
 
 /** Claims in flight at once from one orphan poll. */
@@ -19,11 +19,6 @@ const POLL_ANSWER_MARGIN_MS = 5_000;
 const HAND_OVER_TIMEOUT_MS = 2_000;
 
 const CLAIMING = Symbol('claiming');
-
-function errorJson(e) {
-  const kind = e instanceof LeaseLockError ? e.kind : 'Store';
-  return JSON.stringify({ kind, message: String(e?.message ?? e), id: e?.id });
-}
 
 /** A promise that the next `notify()` resolves (shared by every wait until then). */
 class Notify {
@@ -240,7 +235,7 @@ class Worker {
       lease = await this.#table.acquireStarted(id, { owner: this.workerId });
     } catch (e) {
       this.#forget(id, CLAIMING);
-      if (wasm.claimFailure(errorJson(e)) === 'Conflict') {
+      if (wasm.claimFailure(toRust(e)) === 'Conflict') {
         this.#counters.acquireConflicts += 1;
         return 'Conflict';
       }

@@ -8,21 +8,7 @@ called through a native module; this package is the Python face of them.
 True
 """
 
-from .errors import (
-    AccessDenied,
-    InvalidInput,
-    LeaseHeld,
-    LeaseLockError,
-    LeaseLost,
-    LeaseNotFound,
-    LeaseStopped,
-    SeqNotIncreasing,
-    StoreError,
-    TableNotFound,
-    Throttled,
-    Timeout,
-    Unreachable,
-)
+from .errors import *  # noqa: F403  (the exception tree, listed in errors.__all__)
 from .lease import AsyncLease, Lease, LeaseItem
 from .table import AsyncHold, AsyncLeaseTable, Hold, LeaseTable
 from .worker import Connection, Worker, WorkerSnapshot
