@@ -22,6 +22,7 @@ lint:
 
 # What scripts/local_engine.py changes in moto, checked over HTTP.
 test-engine:
+	scripts/services.sh install
 	scripts/with-services.sh .venv/bin/python scripts/test_local_engine.py
 
 # Runs the tests of every crate, the Lambdas' handler tests included.

@@ -4,6 +4,7 @@
 #   scripts/services.sh start   install into .venv if missing, start, wait until it answers
 #   scripts/services.sh stop    stop the server this script started (by its pid)
 #   scripts/services.sh status
+#   scripts/services.sh install only install what is missing (.venv, moto)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${MOTO_PORT:-4566}"
@@ -34,5 +35,6 @@ case "${1:-start}" in
   start) start; scripts/redis.sh start ;;
   stop) stop; scripts/redis.sh stop ;;
   status) status || exit 1; scripts/redis.sh status ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  install) install ;;
+  *) echo "usage: $0 start|stop|status|install" >&2; exit 2 ;;
 esac
