@@ -147,7 +147,8 @@ impl FencedWrite {
             lease: lease.clone(),
             seq,
             request,
-            budget: Budget::lease(config.renew_ms()),
+            // Like a checkpoint: retries end at the lease's deadline, and then the lease is lost.
+            budget: Budget::until(lease.deadline_mono_ms),
         })
     }
 
@@ -182,7 +183,14 @@ impl FencedWrite {
 
 impl Operation for FencedWrite {
     type Output = ();
-    fn next(&mut self, mut input: Input) -> Step<()> {
+    fn next(&mut self, input: Input) -> Step<()> {
+        let id = self.lease.id.clone();
+        super::ops::lost_when_exhausted(self.step(input), &id)
+    }
+}
+
+impl FencedWrite {
+    fn step(&mut self, mut input: Input) -> Step<()> {
         let Some(answer) = input.answer.take() else {
             return self.budget.send(input.mono_ms, Request::TransactWriteItems(self.request.clone()));
         };

@@ -311,7 +311,7 @@ impl Operation for Acquire {
 
 /// Maps the budget running out to `Lost`: a renewal or checkpoint that cannot get through before
 /// the deadline has lost the lease.
-fn lost_when_exhausted<T>(step: Step<T>, id: &str) -> Step<T> {
+pub(crate) fn lost_when_exhausted<T>(step: Step<T>, id: &str) -> Step<T> {
     match step {
         Step::Fail(Error::Throttled | Error::Timeout { .. } | Error::Unreachable(_)) => {
             Step::Fail(Error::Lost { id: id.to_string() })

@@ -589,11 +589,13 @@ fn fenced_writes_decide_from_the_cancellation_reasons() {
         Error::Lost { .. }
     ));
 
-    // Without an end: the real cause once one renew interval has gone by.
+    // Like a checkpoint: retried while the lease's deadline (19 s) allows, then the lease is lost.
     let mut op = FencedWrite::new(&c, &l, NOW, 1, "t").unwrap();
     op.next(at(0));
-    let err = failed(op.next(Input::new(NOW, 4_990, 0.999).with(Answer::Ambiguous("t".into()))));
-    assert!(matches!(err, Error::Timeout { outcome_unknown: true }), "{err:?}");
+    assert_eq!(summary(op.next(Input::new(NOW, 4_990, 0.999).with(Answer::Ambiguous("t".into())))), "sleep");
+    op.next(at(5_100));
+    let err = failed(op.next(Input::new(NOW, 18_990, 0.999).with(Answer::Ambiguous("t".into()))));
+    assert!(matches!(err, Error::Lost { .. }), "{err:?}");
     assert!(FencedWrite::new(&c, &l, NOW, 0, "t").is_err() && FencedWrite::new(&c, &l, NOW, 100, "t").is_err());
 }
 
