@@ -16,6 +16,7 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p leaselock --no-default-features -- -D warnings
+	scripts/install-wasm-target.sh build -p leaselock --no-default-features --target wasm32-unknown-unknown
 
 # What scripts/local_engine.py changes in moto, checked over HTTP.
 test-engine:

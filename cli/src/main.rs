@@ -45,6 +45,9 @@ pub struct TableArgs {
     /// Largest clock difference tolerated between workers, ms.
     #[arg(long, env = "LEASELOCK_CLOCK_SKEW_MS", default_value_t = 1_000, global = true)]
     pub skew_ms: u64,
+    /// Retry budget of a command that holds no lease (start, stop, get, listings, table create), ms.
+    #[arg(long, env = "LEASELOCK_OPERATION_BUDGET_MS", default_value_t = 10_000, global = true)]
+    pub operation_budget_ms: u64,
     /// Table the reference worker writes messages to (created by `table create`).
     #[arg(long, env = "LEASELOCK_MESSAGES_TABLE", default_value = "leaselock-messages", global = true)]
     pub messages_table: String,
@@ -58,6 +61,7 @@ impl TableArgs {
             .lease_duration(Duration::from_millis(self.lease_ms))
             .renew_interval(Duration::from_millis(self.renew_ms))
             .clock_skew(Duration::from_millis(self.skew_ms))
+            .operation_budget(Duration::from_millis(self.operation_budget_ms))
             .validated()
     }
 }

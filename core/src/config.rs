@@ -54,7 +54,10 @@ impl Default for Attributes {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableConfig {
     pub table_name: String,
+    /// The orphan index (see [`DEFAULT_INDEX_NAME`]).
     pub index_name: String,
+    /// The owner index: `lease_owner` partition, keys only (see [`DEFAULT_OWNER_INDEX_NAME`]).
+    pub owner_index_name: String,
     /// Prepended to every id the store writes (several applications can share a table).
     pub key_prefix: String,
     pub attributes: Attributes,
@@ -69,10 +72,19 @@ pub struct TableConfig {
     /// The orphan index's partition value for running work. Kept here, and only here, so the
     /// index can later be sharded over several values without touching callers.
     pub started_partition: String,
+    /// The retry budget of an operation that holds no lease (start, stop, get, listings, table
+    /// creation), so a store slow for a moment does not fail an operator's command (default 10 s).
+    /// Lease operations keep theirs: the deadline, or one renew interval.
+    pub operation_budget: Duration,
+    /// How long one attempt of such an operation may take (default 5 s).
+    pub operation_attempt_timeout: Duration,
 }
 
 /// The default GSI name: `desired_state` partition, `lease_expires_at_ms` sort.
 pub const DEFAULT_INDEX_NAME: &str = "desired_state-lease_expires_at_ms-index";
+
+/// The default owner index name: `lease_owner` partition, keys only.
+pub const DEFAULT_OWNER_INDEX_NAME: &str = "lease_owner-index";
 
 impl Default for TableConfig {
     fn default() -> Self {
@@ -85,6 +97,7 @@ impl TableConfig {
         Self {
             table_name: table_name.into(),
             index_name: DEFAULT_INDEX_NAME.into(),
+            owner_index_name: DEFAULT_OWNER_INDEX_NAME.into(),
             key_prefix: String::new(),
             attributes: Attributes::default(),
             lease_duration: Duration::from_secs(20),
@@ -92,11 +105,28 @@ impl TableConfig {
             clock_skew: Duration::from_secs(1),
             stopped_retention: Duration::from_secs(7 * 24 * 3600),
             started_partition: crate::DesiredState::Started.as_str().into(),
+            operation_budget: Duration::from_secs(10),
+            operation_attempt_timeout: Duration::from_secs(5),
         }
     }
 
     pub fn index_name(mut self, name: impl Into<String>) -> Self {
         self.index_name = name.into();
+        self
+    }
+
+    pub fn owner_index_name(mut self, name: impl Into<String>) -> Self {
+        self.owner_index_name = name.into();
+        self
+    }
+
+    pub fn operation_budget(mut self, d: Duration) -> Self {
+        self.operation_budget = d;
+        self
+    }
+
+    pub fn operation_attempt_timeout(mut self, d: Duration) -> Self {
+        self.operation_attempt_timeout = d;
         self
     }
 
@@ -149,6 +179,15 @@ impl TableConfig {
         }
         if self.index_name.len() < 3 {
             return invalid(format!("index_name {:?}: at least 3 characters", self.index_name));
+        }
+        if self.owner_index_name.len() < 3 || self.owner_index_name == self.index_name {
+            return invalid(format!(
+                "owner_index_name {:?}: at least 3 characters, not the orphan index's name",
+                self.owner_index_name
+            ));
+        }
+        if self.operation_budget.is_zero() || self.operation_attempt_timeout.is_zero() {
+            return invalid("operation_budget and operation_attempt_timeout: must be greater than zero".into());
         }
         let a = &self.attributes;
         let names = [

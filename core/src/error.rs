@@ -21,6 +21,18 @@ pub enum Error {
     /// DynamoDB kept throttling until the retry budget ran out.
     #[error("throttled by the store")]
     Throttled,
+    /// Every attempt timed out or failed on the server side until the budget ran out.
+    #[error("the store did not answer in time{}", if *outcome_unknown { " (the write may have been applied)" } else { "" })]
+    Timeout { outcome_unknown: bool },
+    /// The store could not be reached (connection refused, DNS, TLS).
+    #[error("the store is unreachable: {0}")]
+    Unreachable(String),
+    /// The credentials may not do this.
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    /// The table does not exist (or not in this region / account).
+    #[error("table {table} does not exist (run `leaselock table create`)")]
+    TableNotFound { table: String },
     /// Bad input, refused before anything was written; the message names the field.
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -30,6 +42,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Bad input in `field`, refused before anything was written.
+    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+        Error::InvalidInput(format!("{field}: {message}"))
+    }
+
     /// A short stable name for the variant (used by tests, metrics and the bindings).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -39,6 +56,10 @@ impl Error {
             Error::Stopped { .. } => "Stopped",
             Error::SeqNotIncreasing { .. } => "SeqNotIncreasing",
             Error::Throttled => "Throttled",
+            Error::Timeout { .. } => "Timeout",
+            Error::Unreachable(_) => "Unreachable",
+            Error::AccessDenied(_) => "AccessDenied",
+            Error::TableNotFound { .. } => "TableNotFound",
             Error::InvalidInput(_) => "InvalidInput",
             Error::Store(_) => "Store",
         }

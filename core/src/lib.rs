@@ -31,6 +31,7 @@ pub mod hint;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
+pub mod protocol;
 pub mod store;
 
 #[cfg(feature = "dynamodb")]

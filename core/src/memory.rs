@@ -39,6 +39,37 @@ impl MemoryStore {
         out
     }
 
+    /// A claim; `started_only` refuses ids without an item or a desired state (creating nothing).
+    fn claim(&self, id: &str, owner: &str, started_only: bool) -> Result<Lease> {
+        validate_id("id", id)?;
+        validate_id("owner", owner)?;
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        let cutoff = claim_cutoff(now, &self.config);
+        self.with_item(id, |slot| {
+            let not_found = || Error::NotFound { id: id.to_string() };
+            if started_only && slot.as_ref().is_none_or(|i| i.desired_state.is_none()) {
+                if let Some(exp) = slot.as_ref().and_then(|i| i.expires_at_ms).filter(|&exp| exp >= cutoff) {
+                    let owner = slot.as_ref().and_then(|i| i.owner.clone()).unwrap_or_default();
+                    return Err(Error::Held { owner, expires_at_ms: exp });
+                }
+                return Err(not_found());
+            }
+            let item = slot.get_or_insert_with(|| LeaseItem { id: id.to_string(), ..Default::default() });
+            if item.desired_state == Some(DesiredState::Stopped) {
+                return Err(Error::Stopped { id: id.to_string() });
+            }
+            if let Some(exp) = item.expires_at_ms.filter(|&exp| exp >= cutoff) {
+                let owner = item.owner.clone().unwrap_or_default();
+                return Err(Error::Held { owner, expires_at_ms: exp });
+            }
+            item.owner = Some(owner.to_string());
+            item.expires_at_ms = Some(expiry_for(now, &self.config));
+            item.fence += 1;
+            Ok(Lease::from_item(item.clone(), owner, sent, &self.config))
+        })
+    }
+
     fn lost(lease: &Lease) -> Error {
         Error::Lost { id: lease.id.clone() }
     }
@@ -80,25 +111,11 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn acquire(&self, id: &str, owner: &str) -> Result<Lease> {
-        validate_id("id", id)?;
-        validate_id("owner", owner)?;
-        let now = self.clock.now_ms();
-        let sent = self.clock.monotonic_ms();
-        let cutoff = claim_cutoff(now, &self.config);
-        self.with_item(id, |slot| {
-            let item = slot.get_or_insert_with(|| LeaseItem { id: id.to_string(), ..Default::default() });
-            if item.desired_state == Some(DesiredState::Stopped) {
-                return Err(Error::Stopped { id: id.to_string() });
-            }
-            if let Some(exp) = item.expires_at_ms.filter(|&exp| exp >= cutoff) {
-                let owner = item.owner.clone().unwrap_or_default();
-                return Err(Error::Held { owner, expires_at_ms: exp });
-            }
-            item.owner = Some(owner.to_string());
-            item.expires_at_ms = Some(expiry_for(now, &self.config));
-            item.fence += 1;
-            Ok(Lease::from_item(item.clone(), owner, sent, &self.config))
-        })
+        self.claim(id, owner, false)
+    }
+
+    async fn acquire_started(&self, id: &str, owner: &str) -> Result<Lease> {
+        self.claim(id, owner, true)
     }
 
     async fn renew(&self, lease: &mut Lease) -> Result<()> {

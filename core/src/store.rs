@@ -42,6 +42,21 @@ pub trait LeaseStore: MaybeSendSync {
     async fn stop(&self, id: &str) -> Result<LeaseItem>;
     /// Claims the lease if nobody holds it; `Held` names the holder, `Stopped` refuses stopped work.
     async fn acquire(&self, id: &str, owner: &str) -> Result<Lease>;
+    /// The fleet's claim: like [`LeaseStore::acquire`], but only of an item that exists and whose
+    /// desired state is STARTED. `NotFound` when the id has no item or no desired state,
+    /// `Stopped` when it is STOPPED; nothing is written then (a hint with a typo creates nothing).
+    ///
+    /// The default reads first and then claims; the stores make it one conditional write.
+    async fn acquire_started(&self, id: &str, owner: &str) -> Result<Lease> {
+        match self.get(id).await? {
+            None => Err(crate::Error::NotFound { id: id.to_string() }),
+            Some(item) => match item.desired_state {
+                None => Err(crate::Error::NotFound { id: id.to_string() }),
+                Some(DesiredState::Stopped) => Err(crate::Error::Stopped { id: id.to_string() }),
+                Some(DesiredState::Started) => self.acquire(id, owner).await,
+            },
+        }
+    }
     /// Extends the lease; `Lost` if it is no longer ours or our deadline has passed.
     async fn renew(&self, lease: &mut Lease) -> Result<()>;
     /// Gives the lease up at once (expiry 0); `Lost` if it was no longer ours.

@@ -34,6 +34,8 @@ const COMMAND_BATCH_SIZE = 10;
 export interface LeaseCoordinatorProps {
   /** Name of the sparse orphan index. @default 'desired_state-lease_expires_at_ms-index' */
   readonly indexName?: string;
+  /** Name of the sparse keys-only owner index. @default 'lease_owner-index' */
+  readonly ownerIndexName?: string;
   /** Prefix of every key leaselock writes. @default '' */
   readonly keyPrefix?: string;
   /** @default Duration.seconds(20) */
@@ -68,6 +70,9 @@ export class LeaseCoordinator extends Construct {
   readonly indexName: string;
   /** ARN of the orphan index: the only resource a reconciling query needs. */
   readonly indexArn: string;
+  readonly ownerIndexName: string;
+  /** ARN of the owner index (an owner's leases without a scan). */
+  readonly ownerIndexArn: string;
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
   /** START/STOP commands for the router, one JSON command per message. */
@@ -83,6 +88,7 @@ export class LeaseCoordinator extends Construct {
   constructor(scope: Construct, id: string, props: LeaseCoordinatorProps = {}) {
     super(scope, id);
     this.indexName = props.indexName ?? 'desired_state-lease_expires_at_ms-index';
+    this.ownerIndexName = props.ownerIndexName ?? 'lease_owner-index';
     this.metricsNamespace = props.metricsNamespace ?? DEFAULT_METRICS_NAMESPACE;
     const deletionProtection = props.deletionProtection ?? true;
 
@@ -103,6 +109,13 @@ export class LeaseCoordinator extends Construct {
       projectionType: dynamodb.ProjectionType.ALL,
     });
     this.indexArn = `${this.table.tableArn}/index/${this.indexName}`;
+    // Keys only, on the owner alone: a renewal (same owner) writes nothing to it.
+    this.table.addGlobalSecondaryIndex({
+      indexName: this.ownerIndexName,
+      partitionKey: { name: 'lease_owner', type: dynamodb.AttributeType.STRING },
+      projectionType: dynamodb.ProjectionType.KEYS_ONLY,
+    });
+    this.ownerIndexArn = `${this.table.tableArn}/index/${this.ownerIndexName}`;
 
     [this.queue, this.deadLetterQueue] = this.queueWithDeadLetters('HintQueue', 'DeadLetterQueue');
     [this.commandQueue, this.commandDeadLetterQueue] = this.queueWithDeadLetters('CommandQueue', 'CommandDeadLetterQueue', {
@@ -205,6 +218,7 @@ export class LeaseCoordinator extends Construct {
 
     new CfnOutput(this, 'TableName', { value: this.table.tableName });
     new CfnOutput(this, 'IndexName', { value: this.indexName });
+    new CfnOutput(this, 'OwnerIndexName', { value: this.ownerIndexName });
     new CfnOutput(this, 'QueueUrl', { value: this.queue.queueUrl });
     new CfnOutput(this, 'DeadLetterQueueUrl', { value: this.deadLetterQueue.queueUrl });
     new CfnOutput(this, 'CommandQueueUrl', { value: this.commandQueue.queueUrl });

@@ -96,7 +96,8 @@ export class WorkerService extends Construct {
       }),
     );
     role.addToPrincipalPolicy(
-      new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [coordinator.indexArn] }),
+      // Orphans; an owner's leases.
+      new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [coordinator.indexArn, coordinator.ownerIndexArn] }),
     );
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({

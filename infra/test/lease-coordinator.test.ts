@@ -62,7 +62,7 @@ describe('LeaseCoordinator', () => {
     });
   });
 
-  test('the orphan index is keyed by desired_state and lease_expires_at_ms and projects everything', () => {
+  test('the orphan index is keyed by desired_state and lease_expires_at_ms and projects everything; the owner index keeps keys only', () => {
     const { template } = synth();
     template.hasResourceProperties('AWS::DynamoDB::Table', {
       GlobalSecondaryIndexes: [
@@ -73,6 +73,11 @@ describe('LeaseCoordinator', () => {
             { AttributeName: 'lease_expires_at_ms', KeyType: 'RANGE' },
           ],
           Projection: { ProjectionType: 'ALL' },
+        },
+        {
+          IndexName: 'lease_owner-index',
+          KeySchema: [{ AttributeName: 'lease_owner', KeyType: 'HASH' }],
+          Projection: { ProjectionType: 'KEYS_ONLY' },
         },
       ],
     });
@@ -330,6 +335,7 @@ describe('LeaseCoordinator', () => {
       'CommandQueueUrl',
       'DeadLetterQueueUrl',
       'IndexName',
+      'OwnerIndexName',
       'QueueUrl',
       'TableName',
     ]);

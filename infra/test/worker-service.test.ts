@@ -106,9 +106,10 @@ describe('WorkerService', () => {
           {
             Action: 'dynamodb:Query',
             Effect: 'Allow',
-            Resource: {
-              'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/desired_state-lease_expires_at_ms-index']],
-            },
+            Resource: [
+              { 'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/desired_state-lease_expires_at_ms-index']] },
+              { 'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/lease_owner-index']] },
+            ],
           },
           {
             Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility'],

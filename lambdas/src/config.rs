@@ -14,6 +14,7 @@ pub const LEASE_MS: &str = "LEASELOCK_LEASE_MS";
 pub const RENEW_MS: &str = "LEASELOCK_RENEW_MS";
 pub const CLOCK_SKEW_MS: &str = "LEASELOCK_CLOCK_SKEW_MS";
 pub const METRICS_NAMESPACE: &str = "LEASELOCK_METRICS_NAMESPACE";
+pub const OPERATION_BUDGET_MS: &str = "LEASELOCK_OPERATION_BUDGET_MS";
 
 pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 
@@ -25,6 +26,7 @@ const FIELD_VARS: &[(&str, &str)] = &[
     ("lease_duration", LEASE_MS),
     ("renew_interval", RENEW_MS),
     ("clock_skew", CLOCK_SKEW_MS),
+    ("operation_budget", OPERATION_BUDGET_MS),
 ];
 
 /// A variable that is missing or invalid.
@@ -88,7 +90,8 @@ impl Config {
             .key_prefix(lookup(KEY_PREFIX).unwrap_or_default())
             .lease_duration(millis(LEASE_MS, 20_000)?)
             .renew_interval(millis(RENEW_MS, 5_000)?)
-            .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?);
+            .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?)
+            .operation_budget(millis(OPERATION_BUDGET_MS, 10_000)?);
         table.validate().map_err(|e| {
             let message = match e {
                 leaselock::Error::InvalidInput(m) => m,

@@ -1,52 +1,54 @@
-//! SDK errors mapped, in one place, to what the retry loop does with them.
+//! SDK errors turned, in one place, into the protocol's answer kinds. What each kind means for the
+//! operation is decided by the protocol, not here.
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_types::error::display::DisplayErrorContext;
 
-/// What a failed request means for the caller.
-#[derive(Debug)]
-pub(crate) enum Failure<C> {
-    /// The condition failed; carries what the operation's error says (the old item).
-    Condition(C),
-    /// Throttled: nothing was applied, retry after a backoff.
-    Throttled(String),
-    /// Timed out or 5xx: it may have been applied; re-read before deciding.
-    Ambiguous(String),
-    /// Anything else: report it.
-    Fatal(String),
-}
+use crate::protocol::Answer;
 
-const THROTTLING_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded",
-    "ThrottlingException",
-    "Throttling",
-    "TransactionConflictException",
-];
-
-/// Classifies an SDK error; `condition` picks out the conditional-check failure of the operation.
-pub(crate) fn classify<E, C>(err: SdkError<E, HttpResponse>, condition: impl FnOnce(&E) -> Option<C>) -> Failure<C>
+/// The answer kind of a failed request; `special` picks out the failed condition or the cancelled
+/// transaction of the operation (with the old item / the reasons).
+pub(crate) fn answer_of<E>(err: SdkError<E, HttpResponse>, special: impl FnOnce(&E) -> Option<Answer>) -> Answer
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     match &err {
         SdkError::ServiceError(service) => {
-            if let Some(c) = condition(service.err()) {
-                return Failure::Condition(c);
+            if let Some(answer) = special(service.err()) {
+                return answer;
             }
-            let code = service.err().code().unwrap_or_default();
-            let message = format!("{code}: {}", service.err().message().unwrap_or_default());
-            if THROTTLING_CODES.contains(&code) {
-                Failure::Throttled(message)
-            } else if service.raw().status().is_server_error() {
-                Failure::Ambiguous(message)
-            } else {
-                Failure::Fatal(message)
-            }
+            let e = service.err();
+            Answer::from_service_error(
+                e.code().unwrap_or_default(),
+                e.message().unwrap_or_default(),
+                service.raw().status().as_u16(),
+            )
+        }
+        SdkError::DispatchFailure(_) if could_not_connect(&err) => {
+            Answer::Unreachable(DisplayErrorContext(&err).to_string())
         }
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            Failure::Ambiguous(format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&err)))
+            Answer::Ambiguous(DisplayErrorContext(&err).to_string())
         }
-        _ => Failure::Fatal(format!("{}", aws_smithy_types::error::display::DisplayErrorContext(&err))),
+        _ => Answer::Other(DisplayErrorContext(&err).to_string()),
     }
+}
+
+/// Whether the request failed before it could be sent (connect, DNS, TLS): then nothing was applied.
+fn could_not_connect(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable) {
+                return true;
+            }
+        }
+        let text = e.to_string();
+        if text.contains("client error (Connect)") || text.contains("tcp connect error") || text.contains("dns error") {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }

@@ -143,6 +143,10 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::NotFound { .. }
         | Error::SeqNotIncreasing { .. }
         | Error::Throttled
+        | Error::Timeout { .. }
+        | Error::Unreachable(_)
+        | Error::AccessDenied(_)
+        | Error::TableNotFound { .. }
         | Error::InvalidInput(_)
         | Error::Store(_) => ClaimFailure::Error,
     }

@@ -304,7 +304,7 @@ impl Inner {
             }
             leases.by_id.insert(id.to_string(), Tracked::Claiming);
         }
-        let acquired = self.store.acquire(id, &self.id).await;
+        let acquired = self.store.acquire_started(id, &self.id).await;
         let lease = match acquired {
             Ok(lease) if is_fleet_work(&lease) => lease,
             Ok(lease) => {

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use leaselock::{Clock, LeaseTable, TableConfig};
+use leaselock::{Clock, LeaseStore, LeaseTable, TableConfig};
+
+pub mod proxy;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -27,4 +29,30 @@ pub async fn table(config: TableConfig, clock: Option<Arc<dyn Clock>>) -> Option
     }
     table.create_table().await.expect("create table");
     Some(table)
+}
+
+/// The local engine's `host:port`.
+pub fn upstream() -> String {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    endpoint.trim_start_matches("http://").trim_end_matches('/').to_string()
+}
+
+/// A store on a fresh table reached through the fault proxy, and one reaching it directly.
+pub async fn stores(config: TableConfig) -> Option<(LeaseTable, LeaseTable, Arc<proxy::Faults>)> {
+    stores_with_clock(config, None).await
+}
+
+/// [`stores`], both seeing time through `clock` when given.
+pub async fn stores_with_clock(
+    config: TableConfig,
+    clock: Option<Arc<dyn Clock>>,
+) -> Option<(LeaseTable, LeaseTable, Arc<proxy::Faults>)> {
+    let direct = table(config, clock.clone()).await?;
+    let faults = Arc::new(proxy::Faults::default());
+    let url = proxy::proxy(upstream(), faults.clone()).await;
+    let mut faulty = LeaseTable::new(proxy::client_to(&url).await, direct.config().clone()).unwrap();
+    if let Some(clock) = clock {
+        faulty = faulty.with_clock(clock);
+    }
+    Some((faulty, direct, faults))
 }

@@ -1,0 +1,340 @@
+//! The reads: one item, desired states in batches, orphan pages, an owner's leases, every item.
+//! Reads are idempotent, so throttling, timeouts and 5xx are all retried within the budget.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::ops::consistent_get;
+use super::request::{BatchGetItem, KeysAndAttributes, Output, Query, Request, Scan};
+use super::value::{is_own, item_from_attrs, key, n, s, Item};
+use super::{read_answer, Budget, Input, Operation, Step};
+use crate::config::validate_id;
+use crate::store::{unique_ids, OrphanCursor, OrphanPage};
+use crate::{DesiredState, LeaseItem, TableConfig};
+
+/// BatchGetItem's limit of keys per request.
+pub const BATCH_GET_MAX: usize = 100;
+
+/// A read that sends `pending` until it gets an output.
+#[derive(Debug, Clone)]
+struct Reads {
+    table: String,
+    budget: Budget,
+    pending: Request,
+}
+
+impl Reads {
+    fn new(config: &TableConfig, first: Request) -> Self {
+        Self { table: config.table_name.clone(), budget: Budget::operation(config), pending: first }
+    }
+
+    /// The output of the pending request, or the step to take first.
+    #[allow(clippy::result_large_err)]
+    fn step<T>(&mut self, input: &mut Input) -> Result<Output, Step<T>> {
+        match input.answer.take() {
+            None => Err(self.budget.send(input.mono_ms, self.pending.clone())),
+            Some(answer) => read_answer(&mut self.budget, input, answer, &self.table),
+        }
+    }
+
+    /// Sends the next page's request, with a fresh budget.
+    fn then<T>(&mut self, input: &Input, request: Request) -> Step<T> {
+        self.pending = request;
+        self.budget.restart(input.mono_ms);
+        self.budget.send(input.mono_ms, self.pending.clone())
+    }
+}
+
+/// `get`: a strongly consistent read of one item.
+#[derive(Debug, Clone)]
+pub struct Get {
+    config: TableConfig,
+    reads: Reads,
+}
+
+impl Get {
+    pub fn new(config: &TableConfig, id: &str) -> crate::Result<Self> {
+        validate_id("id", id)?;
+        Ok(Self { config: config.clone(), reads: Reads::new(config, consistent_get(config, id)) })
+    }
+}
+
+impl Operation for Get {
+    type Output = Option<LeaseItem>;
+    fn next(&mut self, mut input: Input) -> Step<Option<LeaseItem>> {
+        match self.reads.step(&mut input) {
+            Ok(out) => Step::Done(out.item.map(|i| item_from_attrs(&self.config, &i))),
+            Err(step) => step,
+        }
+    }
+}
+
+/// Consistent BatchGetItems of `ids` (in chunks of [`BATCH_GET_MAX`]), asking again for the
+/// unprocessed keys; gives every item found under the config's names.
+#[derive(Debug, Clone)]
+struct BatchGet {
+    config: TableConfig,
+    chunks: Vec<Vec<Item>>,
+    projection: Option<(String, BTreeMap<String, String>)>,
+    found: Vec<LeaseItem>,
+}
+
+impl BatchGet {
+    fn new(config: &TableConfig, ids: &[&str], projection: Option<(&str, &[(&str, &str)])>) -> Self {
+        let keys: Vec<Item> = ids.iter().map(|id| key(config, id)).collect();
+        let mut chunks: Vec<Vec<Item>> = keys.chunks(BATCH_GET_MAX).map(<[Item]>::to_vec).collect();
+        chunks.reverse();
+        let projection = projection
+            .map(|(p, names)| (p.to_string(), names.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()));
+        Self { config: config.clone(), chunks, projection, found: Vec::new() }
+    }
+
+    fn request(&self, keys: Vec<Item>) -> Request {
+        let (projection_expression, expression_attribute_names) = match &self.projection {
+            Some((p, names)) => (Some(p.clone()), names.clone()),
+            None => (None, BTreeMap::new()),
+        };
+        let ask =
+            KeysAndAttributes { keys, projection_expression, expression_attribute_names, consistent_read: Some(true) };
+        Request::BatchGetItem(BatchGetItem { request_items: BTreeMap::from([(self.config.table_name.clone(), ask)]) })
+    }
+
+    /// The first request, or `None` when there is nothing to read.
+    fn first(&mut self) -> Option<Request> {
+        self.chunks.pop().map(|keys| self.request(keys))
+    }
+
+    /// Takes in one answer; the next request, or `None` when every key was read.
+    fn take(&mut self, out: Output) -> Option<Request> {
+        let table = &self.config.table_name;
+        for attrs in out.responses.and_then(|mut r| r.remove(table)).unwrap_or_default() {
+            self.found.push(item_from_attrs(&self.config, &attrs));
+        }
+        let unprocessed = out.unprocessed_keys.and_then(|mut u| u.remove(table)).map(|k| k.keys).unwrap_or_default();
+        if !unprocessed.is_empty() {
+            return Some(self.request(unprocessed));
+        }
+        self.first()
+    }
+}
+
+/// `batch_desired_states`: the desired state of every id (`None` without an item or a state).
+#[derive(Debug, Clone)]
+pub struct BatchDesiredStates {
+    ids: Vec<String>,
+    batch: BatchGet,
+    reads: Option<Reads>,
+}
+
+impl BatchDesiredStates {
+    pub fn new(config: &TableConfig, ids: &[String]) -> crate::Result<Self> {
+        let unique = unique_ids(ids)?;
+        let a = &config.attributes;
+        let mut batch =
+            BatchGet::new(config, &unique, Some(("#pk, #ds", &[("#pk", &a.id), ("#ds", &a.desired_state)])));
+        let reads = batch.first().map(|r| Reads::new(config, r));
+        Ok(Self { ids: unique.into_iter().map(str::to_string).collect(), batch, reads })
+    }
+
+    fn result(&self) -> HashMap<String, Option<DesiredState>> {
+        let mut out: HashMap<String, Option<DesiredState>> = self.ids.iter().map(|id| (id.clone(), None)).collect();
+        for item in &self.batch.found {
+            out.insert(item.id.clone(), item.desired_state);
+        }
+        out
+    }
+}
+
+impl Operation for BatchDesiredStates {
+    type Output = HashMap<String, Option<DesiredState>>;
+    fn next(&mut self, mut input: Input) -> Step<Self::Output> {
+        let Some(reads) = self.reads.as_mut() else { return Step::Done(self.result()) };
+        let out = match reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        match self.batch.take(out) {
+            Some(request) => self.reads.as_mut().expect("reading").then(&input, request),
+            None => Step::Done(self.result()),
+        }
+    }
+}
+
+/// `orphans_page`: STARTED items whose expiry is below `cutoff_ms`, oldest first (a Query on the
+/// orphan index).
+#[derive(Debug, Clone)]
+pub struct OrphansPage {
+    config: TableConfig,
+    reads: Reads,
+}
+
+impl OrphansPage {
+    pub fn new(config: &TableConfig, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Self {
+        let a = &config.attributes;
+        let start = after.map(|c| {
+            Item::from([
+                (a.id.clone(), s(c.key)),
+                (a.desired_state.clone(), s(&config.started_partition)),
+                (a.expires_at_ms.clone(), n(c.expires_at_ms)),
+            ])
+        });
+        let query = Query {
+            table_name: config.table_name.clone(),
+            index_name: Some(config.index_name.clone()),
+            key_condition_expression: "#ds = :started AND #exp < :cutoff".into(),
+            expression_attribute_names: BTreeMap::from([
+                ("#ds".into(), a.desired_state.clone()),
+                ("#exp".into(), a.expires_at_ms.clone()),
+            ]),
+            expression_attribute_values: Item::from([
+                (":started".into(), s(&config.started_partition)),
+                (":cutoff".into(), n(cutoff_ms)),
+            ]),
+            limit: Some(page_size.clamp(1, i32::MAX as usize) as u32),
+            exclusive_start_key: start,
+        };
+        Self { config: config.clone(), reads: Reads::new(config, Request::Query(query)) }
+    }
+}
+
+impl Operation for OrphansPage {
+    type Output = OrphanPage;
+    fn next(&mut self, mut input: Input) -> Step<OrphanPage> {
+        let out = match self.reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        let a = &self.config.attributes;
+        let next = out.last_evaluated_key.filter(|k| !k.is_empty()).and_then(|k| {
+            Some(OrphanCursor {
+                key: k.get(&a.id)?.as_s()?.to_string(),
+                expires_at_ms: k.get(&a.expires_at_ms)?.as_n()?.parse().ok()?,
+            })
+        });
+        let items = own_items(&self.config, out.items.unwrap_or_default());
+        Step::Done(OrphanPage { items, next })
+    }
+}
+
+fn own_items(config: &TableConfig, items: Vec<Item>) -> Vec<LeaseItem> {
+    items.iter().filter(|attrs| is_own(config, attrs)).map(|attrs| item_from_attrs(config, attrs)).collect()
+}
+
+fn next_start(out: &Output) -> Option<Item> {
+    out.last_evaluated_key.clone().filter(|k| !k.is_empty())
+}
+
+/// `owned_by`: the items whose lease `owner` holds now. A Query on the owner index (keys only,
+/// every page), then consistent BatchGetItems of the ids found, kept when held by `owner` at the
+/// wall time of the last answer. No scan: the cost follows the owner's items, not the table.
+#[derive(Debug, Clone)]
+pub struct OwnedBy {
+    config: TableConfig,
+    owner: String,
+    query: Query,
+    ids: Vec<String>,
+    batch: Option<BatchGet>,
+    reads: Reads,
+}
+
+impl OwnedBy {
+    pub fn new(config: &TableConfig, owner: &str) -> crate::Result<Self> {
+        validate_id("owner", owner)?;
+        let query = Query {
+            table_name: config.table_name.clone(),
+            index_name: Some(config.owner_index_name.clone()),
+            key_condition_expression: "#owner = :owner".into(),
+            expression_attribute_names: BTreeMap::from([("#owner".into(), config.attributes.owner.clone())]),
+            expression_attribute_values: Item::from([(":owner".into(), s(owner))]),
+            limit: None,
+            exclusive_start_key: None,
+        };
+        Ok(Self {
+            config: config.clone(),
+            owner: owner.into(),
+            reads: Reads::new(config, Request::Query(query.clone())),
+            query,
+            ids: Vec::new(),
+            batch: None,
+        })
+    }
+
+    fn held(&self, now_ms: u64) -> Vec<LeaseItem> {
+        let mut items: Vec<LeaseItem> = self
+            .batch
+            .iter()
+            .flat_map(|b| b.found.iter())
+            .filter(|i| i.holder_at(now_ms) == Some(self.owner.as_str()))
+            .cloned()
+            .collect();
+        items.sort_by(|a, b| a.id.cmp(&b.id));
+        items
+    }
+}
+
+impl Operation for OwnedBy {
+    type Output = Vec<LeaseItem>;
+    fn next(&mut self, mut input: Input) -> Step<Vec<LeaseItem>> {
+        let out = match self.reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        if let Some(batch) = self.batch.as_mut() {
+            return match batch.take(out) {
+                Some(request) => self.reads.then(&input, request),
+                None => Step::Done(self.held(input.now_ms)),
+            };
+        }
+        let a = &self.config.attributes;
+        for attrs in out.items.iter().flatten().filter(|attrs| is_own(&self.config, attrs)) {
+            if let Some(k) = attrs.get(&a.id).and_then(|v| v.as_s()) {
+                self.ids.push(self.config.id_of(k).to_string());
+            }
+        }
+        if let Some(start) = next_start(&out) {
+            let query = Query { exclusive_start_key: Some(start), ..self.query.clone() };
+            return self.reads.then(&input, Request::Query(query));
+        }
+        let ids: Vec<&str> = self.ids.iter().map(String::as_str).collect();
+        let mut batch = BatchGet::new(&self.config, &ids, None);
+        let first = batch.first();
+        self.batch = Some(batch);
+        match first {
+            Some(request) => self.reads.then(&input, request),
+            None => Step::Done(Vec::new()),
+        }
+    }
+}
+
+/// `items`: every item under the key prefix (a Scan, every page).
+#[derive(Debug, Clone)]
+pub struct Items {
+    config: TableConfig,
+    found: Vec<LeaseItem>,
+    reads: Reads,
+}
+
+impl Items {
+    pub fn new(config: &TableConfig) -> Self {
+        let scan = Scan { table_name: config.table_name.clone(), exclusive_start_key: None };
+        Self { config: config.clone(), found: Vec::new(), reads: Reads::new(config, Request::Scan(scan)) }
+    }
+}
+
+impl Operation for Items {
+    type Output = Vec<LeaseItem>;
+    fn next(&mut self, mut input: Input) -> Step<Vec<LeaseItem>> {
+        let out = match self.reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        let start = next_start(&out);
+        self.found.extend(own_items(&self.config, out.items.unwrap_or_default()));
+        match start {
+            Some(start) => {
+                let scan = Scan { table_name: self.config.table_name.clone(), exclusive_start_key: Some(start) };
+                self.reads.then(&input, Request::Scan(scan))
+            }
+            None => Step::Done(std::mem::take(&mut self.found)),
+        }
+    }
+}

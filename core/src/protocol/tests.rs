@@ -1,0 +1,762 @@
+//! Each operation's step function over every answer kind, without any network.
+
+use std::time::Duration;
+
+use super::request::*;
+use super::*;
+use crate::{DesiredState, Error, Lease, TableConfig};
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn cfg() -> TableConfig {
+    TableConfig::new("leases")
+}
+
+/// Clocks `mono` ms after the start, and a draw in the middle.
+fn at(mono: u64) -> Input {
+    Input::new(NOW + mono, mono, 0.5)
+}
+
+fn sent<T: std::fmt::Debug>(step: Step<T>) -> (Request, u64) {
+    match step {
+        Step::Send { request, attempt_timeout_ms } => (request, attempt_timeout_ms),
+        other => panic!("expected a Send, got {other:?}"),
+    }
+}
+
+fn update_of(step: Step<impl std::fmt::Debug>) -> UpdateItem {
+    match sent(step).0 {
+        Request::UpdateItem(u) => u,
+        other => panic!("expected an UpdateItem, got {other:?}"),
+    }
+}
+
+fn done<T: std::fmt::Debug>(step: Step<T>) -> T {
+    match step {
+        Step::Done(v) => v,
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+fn failed<T: std::fmt::Debug>(step: Step<T>) -> Error {
+    match step {
+        Step::Fail(e) => e,
+        other => panic!("expected Fail, got {other:?}"),
+    }
+}
+
+fn summary<T>(step: Step<T>) -> String {
+    match step {
+        Step::Send { request: Request::GetItem(g), .. } if g.consistent_read == Some(true) => "reread".into(),
+        Step::Send { request, .. } => format!("send {}", request.operation()),
+        Step::Sleep { .. } => "sleep".into(),
+        Step::Done(_) => "done".into(),
+        Step::Fail(e) => format!("fail {}", e.kind()),
+    }
+}
+
+/// A lease item as stored.
+fn stored(id: &str, owner: Option<&str>, exp: Option<u64>, fence: u64, state: Option<DesiredState>) -> Item {
+    let mut item = key(&cfg(), id);
+    if let Some(o) = owner {
+        item.insert("lease_owner".into(), s(o));
+    }
+    if let Some(e) = exp {
+        item.insert("lease_expires_at_ms".into(), n(e));
+    }
+    item.insert("fence".into(), n(fence));
+    if let Some(st) = state {
+        item.insert("desired_state".into(), s(st.as_str()));
+    }
+    item
+}
+
+fn with_seq(mut item: Item, seq: u64) -> Item {
+    item.insert("last_seq".into(), n(seq));
+    item
+}
+
+fn new_item(item: Item) -> Answer {
+    Answer::Ok(Output { attributes: Some(item), ..Output::default() })
+}
+
+fn read(item: Option<Item>) -> Answer {
+    Answer::Ok(Output { item, ..Output::default() })
+}
+
+fn lease(config: &TableConfig) -> Lease {
+    let item = item_from_attrs(config, &stored("s1", Some("a"), Some(NOW + 20_000), 3, Some(DesiredState::Started)));
+    Lease::from_item(item, "a", 0, config)
+}
+
+fn failures() -> Vec<(&'static str, Answer)> {
+    vec![
+        ("Throttled", Answer::Throttled("ProvisionedThroughputExceededException: slow down".into())),
+        ("Ambiguous", Answer::Ambiguous("timeout".into())),
+        ("Unreachable", Answer::Unreachable("connection refused".into())),
+        ("AccessDenied", Answer::AccessDenied("AccessDeniedException: no".into())),
+        ("ResourceNotFound", Answer::ResourceNotFound("ResourceNotFoundException: no table".into())),
+        ("Other", Answer::Other("ValidationException: bad".into())),
+    ]
+}
+
+type Runner = Box<dyn FnMut(Answer) -> String>;
+type MakeRunner = Box<dyn Fn() -> Runner>;
+
+/// Each operation, sent once, then given `answer`.
+fn operations() -> Vec<(&'static str, MakeRunner)> {
+    fn run<O: Operation + 'static>(mut op: O) -> Runner {
+        let first = summary(op.next(at(0)));
+        assert!(first.starts_with("send") || first == "reread", "{first}");
+        Box::new(move |answer| summary(op.next(at(10).with(answer))))
+    }
+    let c = cfg();
+    let l = lease(&c);
+    vec![
+        ("start", Box::new(move || run(Start::new(&cfg(), "s1", "wss://x/s1").unwrap()))),
+        ("stop", Box::new(move || run(Stop::new(&cfg(), "s1", NOW).unwrap()))),
+        ("acquire", Box::new(move || run(Acquire::new(&cfg(), "s1", "a").unwrap()))),
+        ("acquire_started", Box::new(move || run(Acquire::started(&cfg(), "s1", "a").unwrap()))),
+        (
+            "renew",
+            Box::new({
+                let l = l.clone();
+                move || run(Renew::new(&cfg(), &l))
+            }),
+        ),
+        (
+            "release",
+            Box::new({
+                let l = l.clone();
+                move || run(Release::new(&cfg(), &l))
+            }),
+        ),
+        (
+            "checkpoint",
+            Box::new({
+                let l = l.clone();
+                move || run(Checkpoint::new(&cfg(), &l, 5))
+            }),
+        ),
+        (
+            "fenced_write",
+            Box::new({
+                let l = l.clone();
+                move || run(FencedWrite::new(&cfg(), &l, NOW, 1, "t").unwrap())
+            }),
+        ),
+        ("get", Box::new(move || run(Get::new(&cfg(), "s1").unwrap()))),
+        ("batch_desired_states", Box::new(move || run(BatchDesiredStates::new(&cfg(), &["s1".into()]).unwrap()))),
+        ("orphans_page", Box::new(move || run(OrphansPage::new(&cfg(), NOW, 10, None)))),
+        ("owned_by", Box::new(move || run(OwnedBy::new(&cfg(), "a").unwrap()))),
+        ("items", Box::new(move || run(Items::new(&cfg())))),
+        ("create_table", Box::new(move || run(CreateTable::new(&cfg())))),
+    ]
+}
+
+#[test]
+fn every_operation_over_every_failure_kind() {
+    for (name, make) in operations() {
+        for (kind, answer) in failures() {
+            let got = make()(answer);
+            // A write that may have landed is re-read where the answer decides something; an
+            // idempotent one (start, stop, a tokened transaction, table creation) and any read
+            // is simply sent again after a pause.
+            let rereads = matches!(name, "acquire" | "acquire_started" | "renew" | "release" | "checkpoint");
+            let want = match kind {
+                "Throttled" | "Unreachable" => "sleep",
+                "Ambiguous" if rereads => "reread",
+                "Ambiguous" => "sleep",
+                "AccessDenied" => "fail AccessDenied",
+                "ResourceNotFound" => "fail TableNotFound",
+                _ => "fail Store",
+            };
+            assert_eq!(got, want, "{name} answered {kind}");
+        }
+    }
+}
+
+#[test]
+fn a_missing_table_is_named() {
+    let mut op = Start::new(&cfg(), "s1", "wss://x/s1").unwrap();
+    op.next(at(0));
+    let err = failed(op.next(at(1).with(Answer::ResourceNotFound("ResourceNotFoundException".into()))));
+    assert!(matches!(&err, Error::TableNotFound { table } if table == "leases"), "{err:?}");
+    assert!(err.to_string().contains("leases") && err.to_string().contains("leaselock table create"), "{err}");
+}
+
+#[test]
+fn requests_are_the_dynamodb_json_api() {
+    let mut op = Acquire::new(&cfg().key_prefix("app/"), "s1", "a").unwrap();
+    let (request, _) = sent(op.next(at(0)));
+    let json = serde_json::to_value(&request).unwrap();
+    let body = &json["UpdateItem"];
+    assert_eq!(body["TableName"], "leases");
+    assert_eq!(body["Key"], serde_json::json!({"connection_id": {"S": "app/s1"}}));
+    assert_eq!(body["UpdateExpression"], "SET #owner = :owner, #exp = :exp ADD #fence :one");
+    assert_eq!(
+        body["ConditionExpression"],
+        "(attribute_not_exists(#exp) OR #exp < :cutoff) AND (attribute_not_exists(#ds) OR #ds <> :stopped)"
+    );
+    assert_eq!(body["ExpressionAttributeNames"]["#owner"], "lease_owner");
+    assert_eq!(body["ExpressionAttributeValues"][":cutoff"], serde_json::json!({"N": (NOW - 1_000).to_string()}));
+    assert_eq!(body["ExpressionAttributeValues"][":owner"], serde_json::json!({"S": "a"}));
+    assert_eq!(body["ReturnValues"], "ALL_NEW");
+    assert_eq!(body["ReturnValuesOnConditionCheckFailure"], "ALL_OLD");
+    assert_eq!(serde_json::from_value::<Request>(json).unwrap(), request, "round trip");
+
+    // What a JavaScript driver hands back: the SDK's output, extra fields and all.
+    let answer: Answer = serde_json::from_str(
+        r#"{"Ok": {"Attributes": {"connection_id": {"S": "app/s1"}, "fence": {"N": "1"}}, "$metadata": {"httpStatusCode": 200}}}"#,
+    )
+    .unwrap();
+    let lease = done(op.next(at(5).with(answer)));
+    assert_eq!((lease.id.as_str(), lease.fence), ("s1", 1));
+
+    let get = serde_json::to_value(ops::consistent_get(&cfg(), "s1")).unwrap();
+    assert_eq!(
+        get,
+        serde_json::json!({"GetItem": {"TableName": "leases", "Key": {"connection_id": {"S": "s1"}}, "ConsistentRead": true}})
+    );
+}
+
+#[test]
+fn service_errors_are_classified_by_code_and_status() {
+    let kind = |code: &str, status| match Answer::from_service_error(code, "m", status) {
+        Answer::Throttled(_) => "Throttled",
+        Answer::Ambiguous(_) => "Ambiguous",
+        Answer::AccessDenied(_) => "AccessDenied",
+        Answer::ResourceNotFound(_) => "ResourceNotFound",
+        Answer::ResourceInUse(_) => "ResourceInUse",
+        Answer::Other(_) => "Other",
+        _ => "unexpected",
+    };
+    assert_eq!(kind("ProvisionedThroughputExceededException", 400), "Throttled");
+    assert_eq!(kind("ThrottlingException", 400), "Throttled");
+    assert_eq!(kind("TransactionConflictException", 400), "Throttled");
+    assert_eq!(kind("InternalServerError", 500), "Ambiguous");
+    assert_eq!(kind("ServiceUnavailable", 503), "Ambiguous");
+    assert_eq!(kind("TransactionInProgressException", 400), "Ambiguous");
+    assert_eq!(kind("AccessDeniedException", 400), "AccessDenied");
+    assert_eq!(kind("UnrecognizedClientException", 400), "AccessDenied");
+    assert_eq!(kind("ResourceNotFoundException", 400), "ResourceNotFound");
+    assert_eq!(kind("ResourceInUseException", 400), "ResourceInUse");
+    assert_eq!(kind("ValidationException", 400), "Other");
+}
+
+#[test]
+fn acquire_decides_from_the_old_item() {
+    let c = cfg();
+    // Lands: the deadline counts from this send.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(100));
+    let lease = done(op.next(at(150).with(new_item(stored("s1", Some("a"), Some(NOW + 20_100), 1, None)))));
+    assert_eq!((lease.fence, lease.expires_at_ms, lease.deadline_mono_ms), (1, NOW + 20_100, 100 + 19_000));
+
+    // Held (by the expiry of the failed condition's item, no extra read).
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let old = stored("s1", Some("b"), Some(NOW - 1_000), 4, Some(DesiredState::Started));
+    assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(old) }))),
+        Error::Held { owner, expires_at_ms } if owner == "b" && expires_at_ms == NOW - 1_000));
+
+    // Stopped.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let old = stored("s1", None, Some(0), 4, Some(DesiredState::Stopped));
+    assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(old) }))), Error::Stopped { .. }));
+
+    // Failed, yet claimable by what came back (it changed in between): claim again, with the
+    // cutoff of the new attempt's clock.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let old = stored("s1", Some("b"), Some(0), 4, None);
+    assert_eq!(summary(op.next(at(5).with(Answer::ConditionFailed { item: Some(old) }))), "sleep");
+    let again = update_of(op.next(at(300)));
+    assert_eq!(again.expression_attribute_values[":cutoff"], n(NOW + 300 - 1_000));
+    assert_eq!(again.expression_attribute_values[":exp"], n(NOW + 300 + 20_000));
+}
+
+#[test]
+fn an_ambiguous_claim_that_landed_is_ours_from_the_first_send() {
+    let c = cfg();
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(1_000));
+    // The response was lost; the re-read shows our own claim.
+    assert_eq!(summary(op.next(at(3_000).with(Answer::Ambiguous("timeout".into())))), "reread");
+    let ours = stored("s1", Some("a"), Some(NOW + 1_000 + 20_000), 1, Some(DesiredState::Started));
+    let lease = done(op.next(at(3_100).with(read(Some(ours)))));
+    assert_eq!(lease.fence, 1);
+    assert_eq!(lease.deadline_mono_ms, 1_000 + 19_000, "counted from the first send, not the re-read");
+
+    // The same through a retry: the first claim landed unseen, the second fails its condition
+    // on our own lease.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    op.next(at(2_000).with(Answer::Ambiguous("timeout".into())));
+    assert_eq!(summary(op.next(at(2_100).with(Answer::Ambiguous("timeout".into())))), "sleep");
+    op.next(at(2_200)); // the re-read again
+    assert_eq!(summary(op.next(at(2_300).with(read(None)))), "sleep", "not there: claim again");
+    update_of(op.next(at(2_400)));
+    let ours = stored("s1", Some("a"), Some(NOW + 20_000), 1, None);
+    let lease = done(op.next(at(2_500).with(Answer::ConditionFailed { item: Some(ours) })));
+    assert_eq!(lease.deadline_mono_ms, 19_000);
+
+    // Someone else's claim: Held, not ours.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    op.next(at(2_000).with(Answer::Ambiguous("timeout".into())));
+    let theirs = stored("s1", Some("b"), Some(NOW + 20_000), 1, None);
+    assert!(matches!(failed(op.next(at(2_100).with(read(Some(theirs))))), Error::Held { .. }));
+
+    // Without an ambiguous attempt, our name on a held item is not taken as our claim.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let stale_self = stored("s1", Some("a"), Some(NOW + 5_000), 7, None);
+    assert!(matches!(
+        failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(stale_self) }))),
+        Error::Held { .. }
+    ));
+}
+
+#[test]
+fn the_fleet_claim_needs_a_started_item_and_writes_nothing_otherwise() {
+    let c = cfg();
+    let mut op = Acquire::started(&c, "typo", "a").unwrap();
+    let claim = update_of(op.next(at(0)));
+    assert_eq!(
+        claim.condition_expression.as_deref(),
+        Some("(attribute_not_exists(#exp) OR #exp < :cutoff) AND #ds = :started")
+    );
+    assert_eq!(claim.expression_attribute_values[":started"], s("STARTED"));
+    assert!(
+        matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: None }))), Error::NotFound { id } if id == "typo")
+    );
+
+    let mut op = Acquire::started(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let stateless = stored("s1", Some("x"), Some(0), 2, None);
+    assert!(matches!(
+        failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(stateless) }))),
+        Error::NotFound { .. }
+    ));
+
+    let mut op = Acquire::started(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    let stopped = stored("s1", None, Some(0), 2, Some(DesiredState::Stopped));
+    assert!(matches!(
+        failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(stopped) }))),
+        Error::Stopped { .. }
+    ));
+
+    // An ambiguous attempt, and nothing there: NotFound (the condition cannot have created it).
+    let mut op = Acquire::started(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    op.next(at(5).with(Answer::Ambiguous("timeout".into())));
+    assert!(matches!(failed(op.next(at(6).with(read(None)))), Error::NotFound { .. }));
+
+    // Leader-style keys: a missing item is simply claimed (and created by the write).
+    let mut op = Acquire::new(&c, "leader", "a").unwrap();
+    op.next(at(0));
+    assert_eq!(summary(op.next(at(5).with(Answer::ConditionFailed { item: None }))), "sleep");
+}
+
+fn short() -> TableConfig {
+    cfg()
+        .lease_duration(Duration::from_millis(3_000))
+        .renew_interval(Duration::from_millis(1_000))
+        .clock_skew(Duration::from_millis(500))
+}
+
+#[test]
+fn a_retry_that_would_pass_the_budget_fails_with_the_real_cause() {
+    let c = short();
+    // acquire: one renew interval (1 s) from the first send.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    assert_eq!(summary(op.next(Input::new(NOW, 900, 0.0).with(Answer::Throttled("t".into())))), "sleep");
+    op.next(at(900));
+    assert!(matches!(
+        failed(op.next(Input::new(NOW, 990, 0.999).with(Answer::Throttled("t".into())))),
+        Error::Throttled
+    ));
+
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    op.next(at(10).with(Answer::Ambiguous("timeout".into())));
+    let err = failed(op.next(Input::new(NOW, 995, 0.999).with(Answer::Ambiguous("timeout".into()))));
+    assert!(matches!(err, Error::Timeout { outcome_unknown: true }), "{err:?}");
+
+    // Operations holding no lease: the operation budget, and the cause of the last attempt.
+    let c = cfg().operation_budget(Duration::from_secs(10)).operation_attempt_timeout(Duration::from_secs(5));
+    let mut op = Start::new(&c, "s1", "wss://x/s1").unwrap();
+    assert_eq!(sent(op.next(at(0))).1, 5_000);
+    assert_eq!(summary(op.next(at(5_000).with(Answer::Ambiguous("timeout".into())))), "sleep");
+    assert_eq!(sent(op.next(at(9_000))).1, 1_000, "the last attempt ends with the budget");
+    let err = failed(op.next(Input::new(NOW, 9_990, 0.999).with(Answer::Ambiguous("timeout".into()))));
+    assert!(matches!(err, Error::Timeout { outcome_unknown: true }), "{err:?}");
+    assert!(err.to_string().contains("may have been applied"));
+
+    let mut op = Get::new(&c, "s1").unwrap();
+    op.next(at(0));
+    let err = failed(op.next(Input::new(NOW, 9_990, 0.999).with(Answer::Ambiguous("timeout".into()))));
+    assert!(matches!(err, Error::Timeout { outcome_unknown: false }), "a read changes nothing: {err:?}");
+
+    let mut op = Stop::new(&c, "s1", NOW).unwrap();
+    op.next(at(0));
+    let err = failed(op.next(Input::new(NOW, 9_990, 0.999).with(Answer::Unreachable("connection refused".into()))));
+    assert!(matches!(err, Error::Unreachable(ref m) if m.contains("refused")), "{err:?}");
+}
+
+#[test]
+fn renew_decides_lost_and_keeps_the_deadline_of_the_send_that_landed() {
+    let c = short();
+    let l = lease(&c); // deadline 2_500
+    let mut op = Renew::new(&c, &l);
+    let u = update_of(op.next(at(1_000)));
+    assert_eq!(u.condition_expression.as_deref(), Some("#owner = :me AND #fence = :fence"));
+    assert_eq!(u.expression_attribute_values[":exp"], n(NOW + 1_000 + 3_000));
+    let renewed = done(op.next(at(1_050).with(new_item(stored("s1", Some("a"), Some(NOW + 4_000), 3, None)))));
+    assert_eq!((renewed.expires_at_ms, renewed.deadline_mono_ms), (NOW + 4_000, 1_000 + 2_500));
+
+    let mut op = Renew::new(&c, &l);
+    op.next(at(1_000));
+    assert!(matches!(failed(op.next(at(1_050).with(Answer::ConditionFailed { item: None }))), Error::Lost { .. }));
+
+    // Ambiguous, and the re-read shows the expiry this attempt wrote: renewed from its send.
+    let mut op = Renew::new(&c, &l);
+    op.next(at(1_000));
+    op.next(at(1_800).with(Answer::Ambiguous("timeout".into())));
+    let landed = stored("s1", Some("a"), Some(NOW + 4_000), 3, None);
+    assert_eq!(done(op.next(at(1_900).with(read(Some(landed))))).deadline_mono_ms, 3_500);
+
+    // Re-read: still ours, but not our write: try again; not ours: Lost.
+    let mut op = Renew::new(&c, &l);
+    op.next(at(1_000));
+    op.next(at(1_100).with(Answer::Ambiguous("timeout".into())));
+    let unchanged = stored("s1", Some("a"), Some(NOW + 20_000), 3, None);
+    assert_eq!(summary(op.next(at(1_200).with(read(Some(unchanged))))), "sleep");
+    assert_eq!(summary(op.next(at(1_300))), "send UpdateItem");
+    let mut op = Renew::new(&c, &l);
+    op.next(at(1_000));
+    op.next(at(1_100).with(Answer::Ambiguous("timeout".into())));
+    let taken = stored("s1", Some("b"), Some(NOW + 20_000), 4, None);
+    assert!(matches!(failed(op.next(at(1_200).with(read(Some(taken))))), Error::Lost { .. }));
+
+    // A retry that would pass the deadline is Lost, not Throttled; past it nothing is sent.
+    let mut op = Renew::new(&c, &l);
+    op.next(at(2_000));
+    assert!(matches!(
+        failed(op.next(Input::new(NOW, 2_490, 0.999).with(Answer::Throttled("t".into())))),
+        Error::Lost { .. }
+    ));
+    let mut op = Renew::new(&c, &l);
+    assert!(matches!(failed(op.next(at(2_500))), Error::Lost { .. }));
+}
+
+#[test]
+fn release_and_checkpoint_decide_from_the_item() {
+    let c = short();
+    let l = lease(&c);
+    let mut op = Release::new(&c, &l);
+    assert_eq!(update_of(op.next(at(0))).update_expression, "SET #exp = :zero");
+    done(op.next(at(5).with(new_item(Item::new()))));
+    let mut op = Release::new(&c, &l);
+    op.next(at(0));
+    assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: None }))), Error::Lost { .. }));
+    let mut op = Release::new(&c, &l);
+    op.next(at(0));
+    op.next(at(5).with(Answer::Ambiguous("t".into())));
+    done(op.next(at(6).with(read(Some(stored("s1", Some("a"), Some(0), 3, None))))));
+
+    let mut op = Checkpoint::new(&c, &l, 5);
+    let u = update_of(op.next(at(0)));
+    assert_eq!(
+        u.condition_expression.as_deref(),
+        Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq)")
+    );
+    assert_eq!(done(op.next(at(5).with(new_item(Item::new())))).last_seq, Some(5));
+
+    let mut op = Checkpoint::new(&c, &l, 5);
+    op.next(at(0));
+    let ours = with_seq(stored("s1", Some("a"), Some(NOW + 3_000), 3, None), 9);
+    assert!(matches!(
+        failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(ours) }))),
+        Error::SeqNotIncreasing { last_seq: 9, seq: 5, .. }
+    ));
+    let mut op = Checkpoint::new(&c, &l, 5);
+    op.next(at(0));
+    let theirs = with_seq(stored("s1", Some("b"), Some(NOW + 3_000), 4, None), 9);
+    assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(theirs) }))), Error::Lost { .. }));
+
+    // Ambiguous: the re-read tells landed / refused / try again.
+    for (stored_seq, want) in [(5, "done"), (7, "fail SeqNotIncreasing"), (3, "sleep")] {
+        let mut op = Checkpoint::new(&c, &l, 5);
+        op.next(at(0));
+        op.next(at(5).with(Answer::Ambiguous("t".into())));
+        let current = with_seq(stored("s1", Some("a"), Some(NOW + 3_000), 3, None), stored_seq);
+        assert_eq!(summary(op.next(at(6).with(read(Some(current))))), want, "stored {stored_seq}");
+    }
+    let mut op = Checkpoint::new(&c, &l, 5);
+    op.next(at(0));
+    assert!(matches!(
+        failed(op.next(Input::new(NOW, 2_490, 0.999).with(Answer::Throttled("t".into())))),
+        Error::Lost { .. }
+    ));
+}
+
+#[test]
+fn start_and_stop() {
+    let c = cfg();
+    let mut op = Start::new(&c, "s1", "wss://x/s1").unwrap();
+    let u = update_of(op.next(at(0)));
+    assert_eq!(u.update_expression, "SET #ds = :started, #url = :url, #exp = if_not_exists(#exp, :zero) REMOVE #ttl");
+    assert_eq!(u.condition_expression, None);
+    let item = done(op.next(at(5).with(new_item(stored("s1", None, Some(0), 0, Some(DesiredState::Started))))));
+    assert_eq!(item.desired_state, Some(DesiredState::Started));
+
+    let mut op = Stop::new(&c, "s1", NOW).unwrap();
+    let u = update_of(op.next(at(0)));
+    assert_eq!(u.expression_attribute_values[":ttl"], n(NOW / 1000 + 7 * 24 * 3600));
+    assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: None }))), Error::NotFound { .. }));
+
+    assert!(matches!(Start::new(&c, "", "wss://x"), Err(Error::InvalidInput(_))));
+    assert!(matches!(Start::new(&c, "s1", "http://x"), Err(Error::InvalidInput(_))));
+    assert!(matches!(Acquire::started(&c, "s1", ""), Err(Error::InvalidInput(_))));
+}
+
+#[test]
+fn fenced_writes_decide_from_the_cancellation_reasons() {
+    let c = cfg();
+    let l = lease(&c);
+    let reason = |code: &str, item: Option<Item>| CancellationReason { code: Some(code.into()), message: None, item };
+    let cancelled = |reasons| Answer::TransactionCanceled { reasons };
+
+    let mut op = FencedWrite::new(&c, &l, NOW, 2, "token-1").unwrap();
+    let (Request::TransactWriteItems(t), _) = sent(op.next(at(0))) else { panic!() };
+    assert_eq!(t.client_request_token.as_deref(), Some("token-1"));
+    let check = t.transact_items[0].condition_check.as_ref().unwrap();
+    assert_eq!(check.condition_expression, "#owner = :me AND #fence = :fence AND #exp > :now");
+    assert_eq!(check.expression_attribute_values[":now"], n(NOW));
+    assert!(matches!(
+        failed(op.next(at(5).with(cancelled(vec![reason("ConditionalCheckFailed", None), reason("None", None)])))),
+        Error::Lost { .. }
+    ));
+
+    let mut op = FencedWrite::new(&c, &l, NOW, 2, "t").unwrap();
+    op.next(at(0));
+    let err = failed(op.next(at(5).with(cancelled(vec![
+        reason("None", None),
+        reason("None", None),
+        reason("ConditionalCheckFailed", None),
+    ]))));
+    assert!(err.to_string().contains("fenced write 1"), "{err}");
+
+    let mut op = FencedWrite::new(&c, &l, NOW, 1, "t").unwrap();
+    op.next(at(0));
+    assert_eq!(
+        summary(op.next(at(5).with(cancelled(vec![reason("None", None), reason("TransactionConflict", None)])))),
+        "sleep"
+    );
+    let (Request::TransactWriteItems(again), _) = sent(op.next(at(100))) else { panic!() };
+    assert_eq!(again.client_request_token.as_deref(), Some("t"), "the same token on every attempt");
+    assert!(matches!(
+        failed(op.next(at(105).with(cancelled(vec![reason("None", None), reason("ValidationError", None)])))),
+        Error::Store(_)
+    ));
+
+    // Checkpointing: the old lease item tells SeqNotIncreasing from Lost.
+    let mut op = FencedWrite::with_checkpoint(&c, &l, NOW, 5, 1, "t").unwrap();
+    let (Request::TransactWriteItems(t), _) = sent(op.next(at(0))) else { panic!() };
+    let update = t.transact_items[0].update.as_ref().unwrap();
+    assert_eq!(
+        update.condition_expression.as_deref(),
+        Some("#owner = :me AND #fence = :fence AND #exp > :now AND (attribute_not_exists(#seq) OR #seq < :seq)")
+    );
+    assert_eq!(update.return_values_on_condition_check_failure.as_deref(), Some("ALL_OLD"));
+    let ours = with_seq(stored("s1", Some("a"), Some(NOW + 1), 3, None), 8);
+    assert!(matches!(
+        failed(
+            op.next(at(5).with(cancelled(vec![reason("ConditionalCheckFailed", Some(ours)), reason("None", None)])))
+        ),
+        Error::SeqNotIncreasing { last_seq: 8, seq: 5, .. }
+    ));
+    let mut op = FencedWrite::with_checkpoint(&c, &l, NOW, 5, 1, "t").unwrap();
+    op.next(at(0));
+    let theirs = with_seq(stored("s1", Some("b"), Some(NOW + 1), 4, None), 8);
+    assert!(matches!(
+        failed(op.next(at(5).with(cancelled(vec![reason("ConditionalCheckFailed", Some(theirs))])))),
+        Error::Lost { .. }
+    ));
+
+    // Without an end: the real cause once one renew interval has gone by.
+    let mut op = FencedWrite::new(&c, &l, NOW, 1, "t").unwrap();
+    op.next(at(0));
+    let err = failed(op.next(Input::new(NOW, 4_990, 0.999).with(Answer::Ambiguous("t".into()))));
+    assert!(matches!(err, Error::Timeout { outcome_unknown: true }), "{err:?}");
+    assert!(FencedWrite::new(&c, &l, NOW, 0, "t").is_err() && FencedWrite::new(&c, &l, NOW, 100, "t").is_err());
+}
+
+#[test]
+fn owned_by_queries_the_owner_index_then_reads_the_ids_found() {
+    let c = cfg();
+    let mut op = OwnedBy::new(&c, "a").unwrap();
+    let (Request::Query(q), _) = sent(op.next(at(0))) else { panic!("a Query, not a Scan") };
+    assert_eq!(q.index_name.as_deref(), Some("lease_owner-index"));
+    assert_eq!(q.key_condition_expression, "#owner = :owner");
+    let page = |ids: &[&str], last: Option<&str>| {
+        Answer::Ok(Output {
+            items: Some(
+                ids.iter()
+                    .map(|id| {
+                        let mut k = key(&c, id);
+                        k.insert("lease_owner".into(), s("a"));
+                        k
+                    })
+                    .collect(),
+            ),
+            last_evaluated_key: last.map(|id| key(&c, id)),
+            ..Output::default()
+        })
+    };
+    let (Request::Query(q2), _) = sent(op.next(at(5).with(page(&["s1", "s2"], Some("s2"))))) else { panic!() };
+    assert_eq!(q2.exclusive_start_key, Some(key(&c, "s2")));
+    let (Request::BatchGetItem(b), _) = sent(op.next(at(6).with(page(&["s3"], None)))) else { panic!() };
+    let ask = &b.request_items["leases"];
+    assert_eq!((ask.keys.len(), ask.consistent_read), (3, Some(true)));
+    // s3 comes back unprocessed once; s2 was released; s1 is held.
+    let answer = Answer::Ok(Output {
+        responses: Some(
+            [(
+                "leases".to_string(),
+                vec![stored("s1", Some("a"), Some(NOW + 9_000), 1, None), stored("s2", Some("a"), Some(0), 1, None)],
+            )]
+            .into(),
+        ),
+        unprocessed_keys: Some(
+            [("leases".to_string(), KeysAndAttributes { keys: vec![key(&c, "s3")], ..Default::default() })].into(),
+        ),
+        ..Output::default()
+    });
+    let (Request::BatchGetItem(b), _) = sent(op.next(at(7).with(answer))) else { panic!() };
+    assert_eq!(b.request_items["leases"].keys, vec![key(&c, "s3")]);
+    let answer = Answer::Ok(Output {
+        responses: Some([("leases".to_string(), vec![stored("s3", Some("b"), Some(NOW + 9_000), 2, None)])].into()),
+        ..Output::default()
+    });
+    let held = done(op.next(at(8).with(answer)));
+    assert_eq!(held.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["s1"], "held by a now, not released nor taken");
+}
+
+#[test]
+fn batches_pages_and_cursors() {
+    let c = cfg();
+    let ids: Vec<String> = (0..150).map(|i| format!("s{i}")).collect();
+    let mut op = BatchDesiredStates::new(&c, &ids).unwrap();
+    let (Request::BatchGetItem(b), _) = sent(op.next(at(0))) else { panic!() };
+    assert_eq!(b.request_items["leases"].keys.len(), BATCH_GET_MAX);
+    assert_eq!(b.request_items["leases"].projection_expression.as_deref(), Some("#pk, #ds"));
+    let found = Answer::Ok(Output {
+        responses: Some(
+            [("leases".to_string(), vec![stored("s0", None, None, 0, Some(DesiredState::Stopped))])].into(),
+        ),
+        ..Output::default()
+    });
+    let (Request::BatchGetItem(b), _) = sent(op.next(at(1).with(found))) else { panic!() };
+    assert_eq!(b.request_items["leases"].keys.len(), 50);
+    let states = done(op.next(at(2).with(Answer::Ok(Output::default()))));
+    assert_eq!((states.len(), states["s0"], states["s1"]), (150, Some(DesiredState::Stopped), None));
+    assert!(done(BatchDesiredStates::new(&c, &[]).unwrap().next(at(0))).is_empty(), "nothing to read, nothing sent");
+
+    let mut op = OrphansPage::new(&c, NOW, 2, Some(crate::OrphanCursor { key: "s1".into(), expires_at_ms: 5 }));
+    let (Request::Query(q), _) = sent(op.next(at(0))) else { panic!() };
+    assert_eq!(q.key_condition_expression, "#ds = :started AND #exp < :cutoff");
+    assert_eq!(q.limit, Some(2));
+    assert_eq!(q.exclusive_start_key.as_ref().unwrap()["lease_expires_at_ms"], n(5));
+    let mut last = key(&c, "s3");
+    last.insert("lease_expires_at_ms".into(), n(7));
+    let page = done(op.next(at(1).with(Answer::Ok(Output {
+        items: Some(vec![stored("s3", None, Some(7), 0, Some(DesiredState::Started))]),
+        last_evaluated_key: Some(last),
+        ..Output::default()
+    }))));
+    assert_eq!(page.next, Some(crate::OrphanCursor { key: "s3".into(), expires_at_ms: 7 }));
+
+    let c = cfg().key_prefix("app/");
+    let mut op = Items::new(&c);
+    op.next(at(0));
+    let mut other = key(&cfg(), "x");
+    other.insert("fence".into(), n(1));
+    let first = Answer::Ok(Output {
+        items: Some(vec![key(&c, "a"), other]),
+        last_evaluated_key: Some(key(&c, "a")),
+        ..Output::default()
+    });
+    let (Request::Scan(scan), _) = sent(op.next(at(1).with(first))) else { panic!() };
+    assert_eq!(scan.exclusive_start_key, Some(key(&c, "a")));
+    let all = done(op.next(at(2).with(Answer::Ok(Output { items: Some(vec![key(&c, "b")]), ..Output::default() }))));
+    assert_eq!(all.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "b"], "only this prefix");
+}
+
+#[test]
+fn create_table_adds_the_owner_index_to_a_table_that_lacks_it() {
+    let c = cfg();
+    let mut op = CreateTable::new(&c);
+    let (Request::CreateTable(def), _) = sent(op.next(at(0))) else { panic!() };
+    let owner = def.global_secondary_indexes.iter().find(|g| g.index_name == "lease_owner-index").expect("owner index");
+    assert_eq!(owner.projection.projection_type, "KEYS_ONLY");
+    assert_eq!(
+        owner.key_schema,
+        vec![KeySchemaElement { attribute_name: "lease_owner".into(), key_type: "HASH".into() }]
+    );
+    assert!(def
+        .attribute_definitions
+        .contains(&AttributeDefinition { attribute_name: "lease_owner".into(), attribute_type: "S".into() }));
+
+    let describe = |status: &str, indexes: &[(&str, &str)]| {
+        Answer::Ok(Output {
+            table: Some(TableDescription {
+                table_status: Some(status.into()),
+                global_secondary_indexes: indexes
+                    .iter()
+                    .map(|(n, s)| IndexDescription { index_name: n.to_string(), index_status: Some(s.to_string()) })
+                    .collect(),
+            }),
+            ..Output::default()
+        })
+    };
+    let orphan = "desired_state-lease_expires_at_ms-index";
+    // An older table: exists, active, without the owner index.
+    assert_eq!(summary(op.next(at(1).with(Answer::ResourceInUse("exists".into())))), "send DescribeTable");
+    let (Request::UpdateTable(u), _) = sent(op.next(at(2).with(describe("ACTIVE", &[(orphan, "ACTIVE")])))) else {
+        panic!()
+    };
+    assert_eq!(u.global_secondary_index_updates[0].create.as_ref().unwrap().index_name, "lease_owner-index");
+    assert_eq!(summary(op.next(at(3).with(Answer::Ok(Output::default())))), "send DescribeTable");
+    assert_eq!(
+        summary(op.next(at(4).with(describe("UPDATING", &[(orphan, "ACTIVE"), ("lease_owner-index", "CREATING")])))),
+        "sleep"
+    );
+    assert_eq!(summary(op.next(at(300))), "send DescribeTable");
+    assert_eq!(
+        summary(op.next(at(301).with(describe("ACTIVE", &[(orphan, "ACTIVE"), ("lease_owner-index", "ACTIVE")])))),
+        "send DescribeTimeToLive"
+    );
+    let ttl = |status: &str| {
+        Answer::Ok(Output {
+            time_to_live_description: Some(TimeToLiveDescription { time_to_live_status: Some(status.into()) }),
+            ..Output::default()
+        })
+    };
+    let (Request::UpdateTimeToLive(t), _) = sent(op.next(at(302).with(ttl("DISABLED")))) else { panic!() };
+    assert_eq!(t.time_to_live_specification, TimeToLiveSpecification { enabled: true, attribute_name: "ttl".into() });
+    done(op.next(at(303).with(Answer::Ok(Output::default()))));
+
+    // Never active: gives up after the wait.
+    let mut op = CreateTable::new(&c);
+    op.next(at(0));
+    op.next(at(1).with(Answer::Ok(Output::default())));
+    assert_eq!(summary(op.next(at(2).with(describe("CREATING", &[])))), "sleep");
+    op.next(at(CREATE_TABLE_WAIT_MS + 10));
+    assert_eq!(summary(op.next(at(CREATE_TABLE_WAIT_MS + 11).with(describe("CREATING", &[])))), "fail Store");
+}
