@@ -44,14 +44,14 @@ pub mod worker;
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock, SkewedClock};
-pub use config::{Attributes, TableConfig};
+pub use config::{Attributes, LeaseMode, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
-pub use lease::{DesiredState, Lease, LeaseItem};
+pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem};
 pub use memory::MemoryStore;
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
 #[cfg(feature = "dynamodb")]
