@@ -49,3 +49,4 @@ demo:
 
 bench:
 	lambdas/bench.sh
+	core/bench.sh
