@@ -49,6 +49,8 @@ pub struct DemoArgs {
 #[derive(Debug, Default, serde::Serialize)]
 struct Report {
     demo: &'static str,
+    /// `per-item` or `session`.
+    mode: &'static str,
     connections: usize,
     workers: u64,
     lease_ms: u64,
@@ -287,7 +289,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
             .args(["--table", &lease_table, "--messages-table", &messages_table])
             .args(["--index-name", &config.index_name, "--key-prefix", &config.key_prefix])
             .args(["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()])
-            .args(["--skew-ms", &config.skew_ms().to_string()])
+            .args(["--skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()])
             .args(["worker", "--worker-id", &name, "--queue-url", &queue_url, "--metrics-interval-ms", "5000"])
             .args(["--orphan-interval-ms", &d.orphan_interval_ms.to_string()])
             .args(["--desired-state-interval-ms", &d.desired_state_interval_ms.to_string()])
@@ -339,6 +341,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     let recovery_limit = config.lease_duration + config.clock_skew + Duration::from_secs(15);
     let mut report = Report {
+        mode: config.mode.as_str(),
         connections: n,
         workers: d.workers,
         lease_ms: config.lease_ms(),

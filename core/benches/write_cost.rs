@@ -20,7 +20,6 @@ fn knob(name: &str, default: u64) -> u64 {
 }
 
 struct Fleet {
-    mode: LeaseMode,
     tables: Vec<LeaseTable>,
     workers: Vec<(WorkerHandle, JoinHandle<WorkerSnapshot>)>,
 }
@@ -36,7 +35,7 @@ impl Fleet {
             setup.start(&format!("c{i:04}"), &format!("wss://feed.example/c{i:04}")).await.unwrap();
         }
         let per_worker = connections.div_ceil(workers);
-        let mut fleet = Fleet { mode, tables: Vec::new(), workers: Vec::new() };
+        let mut fleet = Fleet { tables: Vec::new(), workers: Vec::new() };
         for w in 0..workers {
             // One table handle per worker: one request counter per worker.
             let table = LeaseTable::new(client.clone(), config.clone()).unwrap();
