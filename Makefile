@@ -7,10 +7,12 @@ CARGO ?= cargo
 FLEET_PORT ?= 4576
 # The demo too: its figures are not skewed by whatever else the default engine is serving.
 DEMO_PORT ?= 4577
+# And the election benchmark (it also uses the local Redis, see scripts/redis.sh).
+ELECTION_BENCH_PORT ?= 4578
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra lint services services-stop bench demo
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-python bench-node demo wheel
 
-test: lint test-engine test-rust test-fleet test-lambdas test-infra
+test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
 
 lint:
 	$(CARGO) fmt --all --check
@@ -37,6 +39,29 @@ test-infra:
 	scripts/install-infra-tools.sh
 	infra/test.sh
 
+# The Python binding, built (debug, the workspace's target dir) into .venv: its tests against the
+# local engine, the stubs against the native module, the README's examples, the example worker.
+test-python:
+	scripts/python-binding.sh
+	scripts/with-services.sh .venv/bin/python -m pytest -q bindings/python/tests
+	.venv/bin/python -m mypy.stubtest leaselock
+	$(CARGO) build -q -p leaselock-cli
+	scripts/with-services.sh scripts/python-example.sh
+
+# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/.
+wheel:
+	scripts/venv.sh
+	.venv/bin/pip install -q 'maturin>=1.16,<1.17'
+	.venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist
+
+# The Node package (wasm + JavaScript driver) against the local engine; the example worker
+# test runs against the CLI's local feed.
+test-node:
+	scripts/build-wasm.sh
+	$(CARGO) build -q -p leaselock-cli
+	scripts/with-services.sh bindings/wasm/test.sh
+
+# The local AWS engine and the local Redis (scripts/redis.sh).
 services:
 	scripts/services.sh start
 
@@ -47,6 +72,17 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
-bench:
+bench: bench-python bench-node
 	lambdas/bench.sh
+	MOTO_PORT=$(ELECTION_BENCH_PORT) scripts/with-services.sh $(CARGO) test --release -q -p leaselock --features redis --test election_bench -- --ignored --nocapture
 	core/bench.sh
+
+# Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
+# against a keep-alive endpoint; writes bench/results/latest.json.
+bench-python:
+	scripts/bench-python.sh
+
+# Client CPU per renew: leaselock for Node vs the same UpdateItem through @aws-sdk/client-dynamodb.
+bench-node:
+	scripts/build-wasm.sh
+	node bindings/wasm/bench/renew.js

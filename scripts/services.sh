@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Local AWS engine (moto server: DynamoDB, SQS, CloudWatch) on loopback.
+# Local AWS engine (moto server: DynamoDB, SQS, CloudWatch) on loopback, and the local Redis
+# (scripts/redis.sh, port REDIS_PORT, default 6390).
 #   scripts/services.sh start   install into .venv if missing, start, wait until it answers
 #   scripts/services.sh stop    stop the server this script started (by its pid)
 #   scripts/services.sh status
@@ -58,8 +59,8 @@ stop() {
 }
 
 case "${1:-start}" in
-  start) start ;;
-  stop) stop ;;
-  status) if answers; then echo "moto answering on $URL"; else echo "moto not running"; exit 1; fi ;;
+  start) start; scripts/redis.sh start ;;
+  stop) stop; scripts/redis.sh stop ;;
+  status) if answers; then echo "moto answering on $URL"; else echo "moto not running"; exit 1; fi; scripts/redis.sh status ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

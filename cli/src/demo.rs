@@ -117,16 +117,37 @@ fn say(t0: Instant, msg: impl AsRef<str>) {
     println!("[{:>6.1}s] {}", t0.elapsed().as_secs_f64(), msg.as_ref());
 }
 
-fn status_line(items: &[LeaseItem], now: u64, total: usize) -> String {
+/// `owned 20/30  demo-w1:10 demo-w2:10`, and with `gone` (a worker killed or leaving) its
+/// unexpired leases apart, as what they are: `  waiting on expiry: 10 of demo-w0 (in 2.1-3.9s)`,
+/// then the expired ones nobody claimed yet: `  unowned 10`. `total` is every stream of the
+/// demo, whichever worker a phase is about.
+fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) -> String {
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut waiting: Vec<u64> = Vec::new();
+    let mut unowned = 0;
     for i in items {
-        if let Some(o) = i.holder_at(now) {
-            *per.entry(o).or_default() += 1;
+        match i.holder_at(now) {
+            Some(o) if Some(o) == gone => waiting.push(i.expires_at_ms.unwrap_or(now) - now),
+            Some(o) => *per.entry(o).or_default() += 1,
+            None => unowned += 1,
         }
     }
     let owned: usize = per.values().sum();
     let workers: Vec<String> = per.iter().map(|(w, n)| format!("{w}:{n}")).collect();
-    format!("owned {owned}/{total}  {}", workers.join(" "))
+    let mut line = format!("owned {owned}/{total}  {}", workers.join(" ")).trim_end().to_string();
+    if let (Some(gone), Some(first), Some(last)) = (gone, waiting.iter().min(), waiting.iter().max()) {
+        let secs = |ms: &u64| *ms as f64 / 1000.0;
+        line.push_str(&format!(
+            "  waiting on expiry: {} of {gone} (in {:.1}-{:.1}s)",
+            waiting.len(),
+            secs(first),
+            secs(last)
+        ));
+    }
+    if gone.is_some() && unowned > 0 {
+        line.push_str(&format!("  unowned {unowned}"));
+    }
+    line
 }
 
 /// Polls the table until every id in `ids` is held by someone other than `former` (and, if
@@ -159,7 +180,8 @@ async fn wait_recovered(
             }
         }
         if last_print.elapsed() >= Duration::from_secs(1) {
-            say(t0, format!("  {}/{} re-owned  {}", recovered.len(), ids.len(), status_line(&items, now, ids.len())));
+            let status = status_line(&items, now, items.len(), Some(former));
+            say(t0, format!("  {}/{} re-owned  {status}", recovered.len(), ids.len()));
             last_print = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -204,17 +226,19 @@ async fn wait_until(
     let until = Instant::now() + limit;
     let mut last_print = Instant::now();
     loop {
-        let items = table.items().await?;
+        // Session items (session mode) are not streams.
+        let items: Vec<LeaseItem> =
+            table.items().await?.into_iter().filter(|i| table.config().session_owner(&i.id).is_none()).collect();
         let now = SystemClock.now_ms();
         if check(&items, now) {
-            say(t0, format!("{what}: {}", status_line(&items, now, total)));
+            say(t0, format!("{what}: {}", status_line(&items, now, total, None)));
             return Ok(());
         }
         if Instant::now() >= until {
             return Err(other(format!("timed out after {limit:?} waiting for: {what}")));
         }
         if last_print.elapsed() >= Duration::from_secs(1) {
-            say(t0, format!("  waiting for {what}: {}", status_line(&items, now, total)));
+            say(t0, format!("  waiting for {what}: {}", status_line(&items, now, total, None)));
             last_print = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -336,7 +360,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
     for _ in 0..d.settle_secs {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let items = table.items().await?;
-        say(t0, status_line(&items, SystemClock.now_ms(), n));
+        say(t0, status_line(&items, SystemClock.now_ms(), n, None));
     }
 
     let recovery_limit = config.lease_duration + config.clock_skew + Duration::from_secs(15);
@@ -483,5 +507,30 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         Ok(())
     } else {
         Err(Failure::Other(failures.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(id: &str, owner: &str, expires_at_ms: u64) -> LeaseItem {
+        LeaseItem { id: id.into(), owner: Some(owner.into()), expires_at_ms: Some(expires_at_ms), ..Default::default() }
+    }
+
+    #[test]
+    fn the_progress_line_counts_a_dead_workers_leases_as_waiting_not_owned() {
+        let now = 1_000_000;
+        let mut items: Vec<LeaseItem> = (0..10).map(|i| held(&format!("a{i}"), "w0", now + 2_000 + i * 100)).collect();
+        items.extend((0..10).map(|i| held(&format!("b{i}"), "w1", now + 15_000)));
+        items.extend((0..9).map(|i| held(&format!("c{i}"), "w2", now + 15_000)));
+        items.push(held("d0", "w2", now - 1));
+        let line = status_line(&items, now, items.len(), Some("w0"));
+        assert_eq!(line, "owned 19/30  w1:10 w2:9  waiting on expiry: 10 of w0 (in 2.0-2.9s)  unowned 1");
+        // Without a gone worker every unexpired lease counts, out of every stream.
+        assert_eq!(status_line(&items, now, 30, None), "owned 29/30  w0:10 w1:10 w2:9");
+        // Once the gone worker's leases expired they are unowned until someone claims them.
+        assert_eq!(status_line(&items, now + 3_000, 30, Some("w0")), "owned 19/30  w1:10 w2:9  unowned 11");
+        assert_eq!(status_line(&[], now, 30, None), "owned 0/30");
     }
 }

@@ -2,6 +2,7 @@
 //! the local demo.
 
 mod demo;
+mod leader;
 mod ops;
 mod refworker;
 mod upstream;
@@ -108,6 +109,8 @@ enum Command {
     Upstream(upstream::UpstreamArgs),
     /// Run the local demo: a fleet of workers, a crash and a graceful hand-over.
     Demo(demo::DemoArgs),
+    /// Run a command only on the elected process (exit 75 when skipped).
+    RunIfLeader(leader::RunIfLeaderArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -118,7 +121,8 @@ enum TableCommand {
     Describe,
 }
 
-/// What the process exits with: 2 for bad input (nothing was written), 1 for other failures.
+/// What the process exits with: 2 for bad input (refused before any request, nothing written),
+/// 1 when the store (or the queue) failed or refused the operation.
 pub enum Failure {
     Usage(String),
     Other(String),
@@ -126,9 +130,22 @@ pub enum Failure {
 
 impl From<leaselock::Error> for Failure {
     fn from(e: leaselock::Error) -> Self {
+        use leaselock::Error as E;
+        // Every variant decides its exit code here: a new one cannot fall through unnoticed.
         match e {
-            leaselock::Error::InvalidInput(msg) => Failure::Usage(msg),
-            e => Failure::Other(e.to_string()),
+            E::InvalidInput { .. } => Failure::Usage(e.to_string()),
+            E::Held { .. }
+            | E::Lost { .. }
+            | E::NotFound { .. }
+            | E::Stopped { .. }
+            | E::SeqNotIncreasing { .. }
+            | E::Throttled
+            | E::Timeout { .. }
+            | E::Unreachable(_)
+            | E::AccessDenied(_)
+            | E::TableNotFound { .. }
+            | E::Script(_)
+            | E::Store(_) => Failure::Other(e.to_string()),
         }
     }
 }
@@ -139,21 +156,33 @@ pub fn other(e: impl std::fmt::Display) -> Failure {
     Failure::Other(e.to_string())
 }
 
+/// The SDK's own logs appear only when asked for (`LEASELOCK_LOG=debug`).
+const QUIET_SDK: &str = "aws_config=off,aws_runtime=off,aws_smithy_runtime=off,aws_smithy_http_client=off,\
+                         aws_sdk_dynamodb=off,aws_sdk_sqs=off,aws_sdk_sts=off,hyper=off";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    // Without LEASELOCK_LOG: the long-running commands log our warnings; an operator command's
+    // outcome is the one line it prints, so the retries behind it are not shown.
+    let level = match cli.command {
+        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) | Command::RunIfLeader(_) => "warn",
+        Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
+            "error"
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},{QUIET_SDK}")));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // One line each: anything that could break it is escaped.
         Err(Failure::Usage(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", leaselock::render::one_line(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Other(msg)) => {
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", leaselock::render::one_line(&msg));
             ExitCode::from(1)
         }
     }
@@ -171,6 +200,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,
+        Command::RunIfLeader(r) => leader::run(&args, r).await,
     }
 }
 

@@ -4,11 +4,48 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+use leaselock::config::{validate_id, validate_queue_url, validate_table_name, validate_url};
 use leaselock::lease::{claim_cutoff, is_orphan};
+use leaselock::render::escaped;
 use leaselock::{Clock, DesiredState, Hint, LeaseItem, LeaseStore, LeaseTable, SystemClock};
 
-use crate::{other, CliResult, TableArgs};
+use crate::{other, CliResult, Failure, TableArgs};
+
+/// A failed SDK call in one line: the service's error code and message, or what kind of
+/// failure it was. The whole error chain is logged at debug level (`LEASELOCK_LOG=debug`).
+pub fn sdk_error<E, R>(what: &str, e: SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    tracing::debug!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(&e), "{what} failed");
+    match &e {
+        SdkError::ServiceError(service) => {
+            let err = service.err();
+            format!("{what}: {}: {}", err.code().unwrap_or("error"), err.message().unwrap_or_default())
+        }
+        SdkError::TimeoutError(_) => format!("{what}: the request timed out"),
+        SdkError::DispatchFailure(failure) if failure.is_timeout() => format!("{what}: the request timed out"),
+        SdkError::DispatchFailure(_) => format!("{what}: could not connect (check AWS_ENDPOINT_URL / the region)"),
+        SdkError::ResponseError(_) => format!("{what}: the response could not be read"),
+        SdkError::ConstructionFailure(_) => format!("{what}: the request could not be built"),
+        _ => format!("{what}: failed"),
+    }
+}
+
+/// A DynamoDB call on `table` that failed; a missing table says what to run.
+fn dynamodb_failure<E, R>(table: &str, what: &str, e: SdkError<E, R>) -> Failure
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    if e.as_service_error().and_then(|s| s.code()) == Some("ResourceNotFoundException") {
+        return leaselock::Error::TableNotFound { table: table.to_string() }.into();
+    }
+    other(sdk_error(what, e))
+}
 
 pub async fn connect(args: &TableArgs) -> CliResult<LeaseTable> {
     Ok(LeaseTable::connect(args.config()?).await?)
@@ -19,6 +56,9 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 }
 
 pub async fn table_create(args: &TableArgs) -> CliResult {
+    // Both names are checked before either table is created.
+    args.config()?;
+    validate_table_name("messages_table", &args.messages_table)?;
     let table = connect(args).await?;
     table.create_table().await?;
     println!("lease table {} ready (index {})", args.table_name, args.index_name);
@@ -44,7 +84,7 @@ pub async fn create_messages_table(client: &aws_sdk_dynamodb::Client, name: &str
     match created {
         Ok(_) => Ok(()),
         Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_in_use_exception()) => Ok(()),
-        Err(e) => Err(other(aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        Err(e) => Err(dynamodb_failure(name, &format!("creating table {name}"), e)),
     }
 }
 
@@ -56,7 +96,7 @@ pub async fn table_describe(args: &TableArgs) -> CliResult {
         .table_name(&args.table_name)
         .send()
         .await
-        .map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        .map_err(|e| dynamodb_failure(&args.table_name, "DescribeTable", e))?;
     let t = out.table().ok_or_else(|| other("no table description"))?;
     println!("table      {}", t.table_name().unwrap_or_default());
     println!("status     {}", t.table_status().map(|s| s.as_str()).unwrap_or("?"));
@@ -85,29 +125,62 @@ pub async fn table_describe(args: &TableArgs) -> CliResult {
     Ok(())
 }
 
-pub async fn start(args: &TableArgs, id: &str, url: &str, queue_url: Option<&str>) -> CliResult {
-    leaselock::config::validate_id("id", id)?;
-    leaselock::config::validate_url(url)?;
-    let table = connect(args).await?;
-    let item = table.start(id, url).await?;
-    if let Some(queue_url) = queue_url {
-        let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
-        sqs.send_message()
-            .queue_url(queue_url)
-            .message_body(Hint::new(id).to_json())
-            .send()
-            .await
-            .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+/// Fails unless the hint queue exists (GetQueueAttributes), so `start` writes nothing when its
+/// hint could not be sent.
+async fn check_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> CliResult {
+    let checked = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await;
+    match checked {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Err(other(format!(
+            "queue {} does not exist: create it or fix --queue-url / LEASELOCK_QUEUE_URL (nothing was written)",
+            leaselock::render::value(queue_url)
+        ))),
+        Err(e) => Err(other(format!("{} (nothing was written)", sdk_error("checking the hint queue", e)))),
     }
-    println!("{id} STARTED (owner {}, fence {})", item.owner.as_deref().unwrap_or("-"), item.fence);
+}
+
+pub async fn start(args: &TableArgs, id: &str, url: &str, queue_url: Option<&str>) -> CliResult {
+    validate_id("id", id)?;
+    validate_url(url)?;
+    if let Some(queue_url) = queue_url {
+        validate_queue_url(queue_url)?;
+    }
+    let table = connect(args).await?;
+    let sqs = match queue_url {
+        Some(queue_url) => {
+            let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+            check_queue(&sqs, queue_url).await?;
+            Some((sqs, queue_url))
+        }
+        None => None,
+    };
+    let item = table.start(id, url).await?;
+    println!("{id} STARTED (owner {}, fence {})", escaped(item.owner.as_deref().unwrap_or("-")), item.fence);
+    if let Some((sqs, queue_url)) = sqs {
+        let sent = sqs.send_message().queue_url(queue_url).message_body(Hint::new(id).to_json()).send().await;
+        if let Err(e) = sent {
+            return Err(other(format!(
+                "{id} is STARTED but its hint was not sent ({}); a worker will claim it from the orphan index",
+                sdk_error("SendMessage", e)
+            )));
+        }
+    }
     Ok(())
 }
 
 pub async fn stop(args: &TableArgs, id: &str) -> CliResult {
-    leaselock::config::validate_id("id", id)?;
+    validate_id("id", id)?;
     let table = connect(args).await?;
     let item = table.stop(id).await?;
-    println!("{id} STOPPED (owner {} lets go within one desired-state interval)", item.owner.as_deref().unwrap_or("-"));
+    println!(
+        "{id} STOPPED (owner {} lets go within one desired-state interval)",
+        escaped(item.owner.as_deref().unwrap_or("-"))
+    );
     Ok(())
 }
 
@@ -129,7 +202,7 @@ pub struct LsArgs {
 
 pub async fn ls(args: &TableArgs, ls: &LsArgs) -> CliResult {
     if let Some(owner) = &ls.owner {
-        leaselock::config::validate_id("owner", owner)?;
+        validate_id("owner", owner)?;
     }
     let table = connect(args).await?;
     let now = SystemClock.now_ms();
@@ -171,14 +244,16 @@ pub fn expires_in(item: &LeaseItem, now_ms: u64) -> String {
     }
 }
 
+/// The `ls` table. Ids and owners are printed escaped: a table may hold values written by
+/// other tools, and one must not rewrite the operator's terminal.
 pub fn render_table(items: &[LeaseItem], now_ms: u64) -> String {
     let rows: Vec<[String; 6]> = items
         .iter()
         .map(|i| {
             [
-                i.id.clone(),
+                escaped(&i.id).into_owned(),
                 i.desired_state.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
-                i.holder_at(now_ms).unwrap_or("-").to_string(),
+                escaped(i.holder_at(now_ms).unwrap_or("-")).into_owned(),
                 i.fence.to_string(),
                 expires_in(i, now_ms),
                 i.last_seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
@@ -189,7 +264,7 @@ pub fn render_table(items: &[LeaseItem], now_ms: u64) -> String {
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
+            *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
@@ -237,12 +312,18 @@ pub fn summarize(items: &[LeaseItem], now_ms: u64, config: &leaselock::TableConf
 
 pub fn render_status(s: &Status, table: &str) -> String {
     let mut out = format!(
-        "table {table}: {} started, {} stopped, {} owned, {} orphaned, {} expiring within one renew interval\n",
-        s.started, s.stopped, s.owned, s.orphans, s.expiring_soon
+        "table {}: {} started, {} stopped, {} owned, {} orphaned, {} expiring within one renew interval\n",
+        escaped(table),
+        s.started,
+        s.stopped,
+        s.owned,
+        s.orphans,
+        s.expiring_soon
     );
     out.push_str(&format!("{:<40} {:>6}\n", "WORKER", "LEASES"));
     for (w, n) in &s.per_worker {
-        out.push_str(&format!("{w:<40} {n:>6}\n"));
+        // Worker ids come from the table: escaped, as in `ls`.
+        out.push_str(&format!("{:<40} {n:>6}\n", escaped(w)));
     }
     out
 }

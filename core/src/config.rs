@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::render;
 
 /// Attribute names of a lease item. The defaults are the AWS reference worker's schema, so a
 /// leaselock worker and a worker written from that design can share a table.
@@ -215,27 +216,18 @@ impl TableConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        let invalid = |msg: String| Err(Error::InvalidInput(msg));
-        if self.table_name.len() < 3
-            || self.table_name.len() > 255
-            || !self.table_name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        {
-            return invalid(format!(
-                "table_name {:?}: 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'",
-                self.table_name
-            ));
+        let invalid = |field: &str, msg: String| Err(Error::invalid(field, msg));
+        validate_table_name("table_name", &self.table_name)?;
+        validate_table_name("index_name", &self.index_name)?;
+        validate_table_name("owner_index_name", &self.owner_index_name)?;
+        if self.owner_index_name == self.index_name {
+            return invalid("owner_index_name", "must differ from the orphan index's name".into());
         }
-        if self.index_name.len() < 3 {
-            return invalid(format!("index_name {:?}: at least 3 characters", self.index_name));
+        if self.operation_budget.is_zero() {
+            return invalid("operation_budget", "must be greater than zero".into());
         }
-        if self.owner_index_name.len() < 3 || self.owner_index_name == self.index_name {
-            return invalid(format!(
-                "owner_index_name {:?}: at least 3 characters, not the orphan index's name",
-                self.owner_index_name
-            ));
-        }
-        if self.operation_budget.is_zero() || self.operation_attempt_timeout.is_zero() {
-            return invalid("operation_budget and operation_attempt_timeout: must be greater than zero".into());
+        if self.operation_attempt_timeout.is_zero() {
+            return invalid("operation_attempt_timeout", "must be greater than zero".into());
         }
         let a = &self.attributes;
         let names = [
@@ -251,39 +243,40 @@ impl TableConfig {
         ];
         for (i, (field, name)) in names.iter().enumerate() {
             if name.is_empty() || name.len() > 255 {
-                return invalid(format!("{field}: must be 1 to 255 bytes"));
+                return invalid(field, "must be 1 to 255 bytes".into());
             }
             if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
-                return invalid(format!("{field}: {name:?} is already used by {other}"));
+                return invalid(field, format!("{} is already used by {other}", render::value(name)));
             }
         }
         if self.session_partition.is_empty()
             || self.session_partition == self.started_partition
             || crate::DesiredState::parse(&self.session_partition).is_some()
         {
-            return invalid(format!(
-                "session_partition {:?}: must be non-empty and not a desired state",
-                self.session_partition
-            ));
+            return invalid("session_partition", "must be non-empty and not a desired state".into());
         }
-        if self.key_prefix.len() > 512 {
-            return invalid("key_prefix: at most 512 bytes".into());
+        if self.key_prefix.len() > MAX_KEY_PREFIX_BYTES {
+            return invalid("key_prefix", format!("at most {MAX_KEY_PREFIX_BYTES} bytes"));
         }
+        refuse_chars("key_prefix", &self.key_prefix)?;
         if self.clock_skew.is_zero() {
-            return invalid("clock_skew: must be greater than zero".into());
+            return invalid("clock_skew", "must be greater than zero".into());
         }
         if self.lease_duration <= self.clock_skew * 2 {
-            return invalid(format!(
-                "lease_duration ({:?}) must be greater than 2 x clock_skew ({:?})",
-                self.lease_duration, self.clock_skew
-            ));
+            return invalid(
+                "lease_duration",
+                format!("{:?} must be greater than 2 x clock_skew ({:?})", self.lease_duration, self.clock_skew),
+            );
         }
         if self.renew_interval.is_zero() || self.renew_interval >= self.lease_duration - self.clock_skew {
-            return invalid(format!(
-                "renew_interval ({:?}) must be greater than zero and less than lease_duration - clock_skew ({:?})",
-                self.renew_interval,
-                self.lease_duration - self.clock_skew
-            ));
+            return invalid(
+                "renew_interval",
+                format!(
+                    "{:?} must be greater than zero and less than lease_duration - clock_skew ({:?})",
+                    self.renew_interval,
+                    self.lease_duration - self.clock_skew
+                ),
+            );
         }
         Ok(())
     }
@@ -327,26 +320,153 @@ pub const SESSION_PREFIX: &str = "session/";
 /// Largest id, in bytes (DynamoDB's partition key limit is 2,048; the prefix needs room).
 pub const MAX_ID_BYTES: usize = 1024;
 
-/// Rejects an empty or oversized id before anything is written.
+/// Largest key prefix, in bytes.
+pub const MAX_KEY_PREFIX_BYTES: usize = 512;
+
+/// Largest url, in bytes.
+pub const MAX_URL_BYTES: usize = 4096;
+
+/// Invisible format characters an id (or url) may not contain, besides every control character
+/// (Unicode category Cc: U+0000..U+001F, U+007F..U+009F). Each is invisible on a terminal or in
+/// a log, and most reorder or hide the text around them, so two ids that look the same could
+/// differ, or an id could disguise the line it is printed on.
+pub const REFUSED_FORMAT_CHARS: &[(char, char, &str)] = &[
+    ('\u{00AD}', '\u{00AD}', "soft hyphen"),
+    ('\u{061C}', '\u{061C}', "Arabic letter mark"),
+    ('\u{180E}', '\u{180E}', "Mongolian vowel separator"),
+    ('\u{200B}', '\u{200F}', "zero-width space, joiners and direction marks"),
+    ('\u{2028}', '\u{2029}', "line and paragraph separators"),
+    ('\u{202A}', '\u{202E}', "bidirectional embeddings and overrides"),
+    ('\u{2060}', '\u{206F}', "word joiner, invisible operators, bidirectional isolates"),
+    ('\u{FEFF}', '\u{FEFF}', "byte order mark"),
+    ('\u{FFF9}', '\u{FFFB}', "interlinear annotation"),
+    ('\u{E0000}', '\u{E007F}', "tag characters"),
+];
+
+/// Whether ids and urls refuse `c`: a control character or one of [`REFUSED_FORMAT_CHARS`].
+pub fn is_refused_char(c: char) -> bool {
+    c.is_control() || REFUSED_FORMAT_CHARS.iter().any(|&(lo, hi, _)| (lo..=hi).contains(&c))
+}
+
+/// Refuses a value holding a control or invisible format character, naming the first one.
+fn refuse_chars(field: &str, value: &str) -> Result<()> {
+    match value.char_indices().find(|&(_, c)| is_refused_char(c)) {
+        None => Ok(()),
+        Some((at, c)) => Err(Error::invalid(
+            field,
+            format!(
+                "{} holds U+{:04X} at byte {at}: control and invisible format characters are not allowed",
+                render::value(value),
+                c as u32
+            ),
+        )),
+    }
+}
+
+/// The id rule, the same for work ids, owners and worker ids: 1 to [`MAX_ID_BYTES`] bytes of
+/// UTF-8 without control characters or [`REFUSED_FORMAT_CHARS`]. The length is checked first.
+///
+/// ```
+/// use leaselock::{config::validate_id, Error};
+///
+/// validate_id("id", "stream-1").unwrap();
+/// validate_id("id", "flux é/日本 #2").unwrap();
+/// match validate_id("owner", "w1\r\nFORGED LOG LINE") {
+///     Err(Error::InvalidInput { field, message }) => {
+///         assert_eq!(field, "owner");
+///         assert!(message.starts_with(r#""w1\r\nFORGED LOG LINE" holds U+000D at byte 2"#), "{message}");
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 pub fn validate_id(field: &str, id: &str) -> Result<()> {
     if id.is_empty() {
-        return Err(Error::InvalidInput(format!("{field}: must not be empty")));
+        return Err(Error::invalid(field, "must not be empty"));
     }
     if id.len() > MAX_ID_BYTES {
-        return Err(Error::InvalidInput(format!("{field}: {} bytes, at most {MAX_ID_BYTES} allowed", id.len())));
+        return Err(Error::invalid(field, format!("too long: {} bytes, at most {MAX_ID_BYTES} allowed", id.len())));
+    }
+    refuse_chars(field, id)
+}
+
+/// Accepts only `ws://` and `wss://` URLs with a host, at most [`MAX_URL_BYTES`] bytes, without
+/// whitespace, control or invisible format characters. The length is checked first.
+pub fn validate_url(url: &str) -> Result<()> {
+    let invalid = |msg: String| Err(Error::invalid("url", msg));
+    if url.len() > MAX_URL_BYTES {
+        return invalid(format!("too long: {} bytes, at most {MAX_URL_BYTES} allowed", url.len()));
+    }
+    refuse_chars("url", url)?;
+    if url.chars().any(char::is_whitespace) {
+        return invalid(format!("{} holds whitespace", render::value(url)));
+    }
+    let Some(rest) = url.strip_prefix("wss://").or_else(|| url.strip_prefix("ws://")) else {
+        return invalid(format!("{} must start with ws:// or wss://", render::value(url)));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() {
+        return invalid(format!("{} needs a host", render::value(url)));
     }
     Ok(())
 }
 
-/// Accepts only `ws://` and `wss://` URLs with a host.
-pub fn validate_url(url: &str) -> Result<()> {
-    let rest = url
-        .strip_prefix("wss://")
-        .or_else(|| url.strip_prefix("ws://"))
-        .ok_or_else(|| Error::InvalidInput(format!("url {url:?}: must start with ws:// or wss://")))?;
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if host.is_empty() || url.chars().any(|c| c.is_whitespace() || c.is_control()) || url.len() > 4096 {
-        return Err(Error::InvalidInput(format!("url {url:?}: needs a host and no spaces")));
+/// DynamoDB's rule for table and index names: 3 to 255 characters of `a-z A-Z 0-9 _ - .`.
+pub fn validate_table_name(field: &str, name: &str) -> Result<()> {
+    if name.len() < 3 || name.len() > 255 {
+        return Err(Error::invalid(field, format!("{} must be 3 to 255 characters long", render::value(name))));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "{} holds {}: only a-z, A-Z, 0-9, '_', '-', '.' are allowed",
+                render::value(name),
+                render::value(&c.to_string())
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Largest SQS queue url accepted, in bytes.
+pub const MAX_QUEUE_URL_BYTES: usize = 1024;
+
+/// The shape of an SQS queue url, `http(s)://HOST/ACCOUNT/NAME`, with a 12-digit account and
+/// a queue name of 1 to 80 characters of `a-z A-Z 0-9 _ -` (a `.fifo` suffix allowed).
+///
+/// ```
+/// use leaselock::config::validate_queue_url;
+///
+/// validate_queue_url("https://sqs.us-east-1.amazonaws.com/123456789012/hints").unwrap();
+/// validate_queue_url("http://127.0.0.1:4566/000000000000/orders.fifo").unwrap();
+/// assert!(validate_queue_url("hints").is_err());
+/// assert!(validate_queue_url("https://sqs.us-east-1.amazonaws.com/hints").is_err());
+/// ```
+pub fn validate_queue_url(url: &str) -> Result<()> {
+    let invalid = |msg: String| Err(Error::invalid("queue_url", msg));
+    if url.len() > MAX_QUEUE_URL_BYTES {
+        return invalid(format!("too long: {} bytes, at most {MAX_QUEUE_URL_BYTES} allowed", url.len()));
+    }
+    refuse_chars("queue_url", url)?;
+    let shape = "must look like https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE";
+    let Some(rest) = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")) else {
+        return invalid(format!("{} {shape}", render::value(url)));
+    };
+    let parts: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let [host, account, name] = parts.as_slice() else {
+        return invalid(format!("{} {shape}", render::value(url)));
+    };
+    let base = name.strip_suffix(".fifo").unwrap_or(name);
+    let host_ok = !host.is_empty() && !host.contains(['?', '#', ' ', '@']);
+    let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
+    let name_ok = (1..=80).contains(&name.len())
+        && !base.is_empty()
+        && base.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if !(host_ok && account_ok && name_ok) {
+        return invalid(format!(
+            "{} {shape} (a 12-digit account, a queue name of 1 to 80 of a-z A-Z 0-9 _ -)",
+            render::value(url)
+        ));
     }
     Ok(())
 }
@@ -387,6 +507,90 @@ mod tests {
         for bad in ["http://x", "wss://", "ws:///path", "wss://a b", "feed"] {
             assert!(validate_url(bad).is_err(), "{bad}");
         }
+    }
+
+    fn refused(result: Result<()>) -> (String, String) {
+        match result {
+            Err(Error::InvalidInput { field, message }) => (field, message),
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_refuse_control_and_invisible_characters() {
+        for bad in ["a\0b", "a\r\nb", "a\nb", "tab\there", "del\u{7f}", "\u{1b}[31mred", "c1\u{85}", "\u{9b}2J"] {
+            let (field, message) = refused(validate_id("id", bad));
+            assert_eq!(field, "id");
+            assert!(message.contains("control and invisible"), "{message}");
+            assert!(!message.chars().any(char::is_control), "the message itself is escaped: {message:?}");
+        }
+        for bad in [
+            "\u{200b}a",
+            "a\u{200f}",
+            "\u{202e}gpj.exe",
+            "x\u{2066}y\u{2069}",
+            "\u{feff}bom",
+            "soft\u{ad}",
+            "tag\u{e0041}",
+        ] {
+            assert_eq!(refused(validate_id("owner", bad)).0, "owner", "{bad:?}");
+        }
+        let (_, message) = refused(validate_id("worker_id", "w\u{1b}]0;x\u{7}"));
+        assert_eq!(
+            message,
+            r#""w\u{1b}]0;x\u{7}" holds U+001B at byte 1: control and invisible format characters are not allowed"#
+        );
+        // Printable text of any script, spaces and punctuation stay allowed.
+        for ok in ["stream-1", "a b", "flux/é#日本", "emoji🚀", "quote\"and\\slash", "leader/x"] {
+            validate_id("id", ok).unwrap();
+        }
+    }
+
+    #[test]
+    fn lengths_are_checked_before_formats() {
+        // Too long and full of control characters: the length is what is reported.
+        let (field, message) = refused(validate_id("id", &"\u{1b}".repeat(2000)));
+        assert_eq!((field.as_str(), message.as_str()), ("id", "too long: 2000 bytes, at most 1024 allowed"));
+        let (field, message) = refused(validate_url(&format!("{}/x", "x".repeat(5000))));
+        assert_eq!(field, "url");
+        assert_eq!(message, "too long: 5002 bytes, at most 4096 allowed");
+        let huge = format!("wss://{}", "\"".repeat(2_000_000));
+        let (_, message) = refused(validate_url(&huge));
+        assert!(message.starts_with("too long") && message.len() < 100, "{message}");
+        // Under the limit, the value is quoted bounded and escaped.
+        let (_, message) = refused(validate_url(&format!("https://{}", "y".repeat(3000))));
+        assert_eq!(message, format!("\"https://{}\"... (3008 bytes) must start with ws:// or wss://", "y".repeat(56)));
+        let (_, message) = refused(validate_url("wss://feed.example/\u{1b}[2J"));
+        assert!(message.contains(r"\u{1b}[2J") && message.contains("U+001B"), "{message}");
+        assert!(refused(validate_url("wss://a\u{202e}b/")).1.contains("U+202E"));
+    }
+
+    #[test]
+    fn table_and_queue_names() {
+        validate_table_name("table_name", "leases.v2_a-b").unwrap();
+        for bad in ["ab", "has space", "emoji🚀", "semi;colon", &"t".repeat(256)] {
+            assert_eq!(refused(validate_table_name("messages_table", bad)).0, "messages_table", "{bad:?}");
+        }
+        let err = |c: TableConfig| refused(c.validate()).0;
+        assert_eq!(err(TableConfig::new("leases").index_name("bad index")), "index_name");
+        assert_eq!(err(TableConfig::new("leases").key_prefix("app\u{1b}/")), "key_prefix");
+        assert_eq!(err(TableConfig::new("leases").key_prefix("p".repeat(513))), "key_prefix");
+        for bad in [
+            "",
+            "hints",
+            "ftp://sqs.example/123456789012/q",
+            "https://sqs.example/q",
+            "https://sqs.example/12345/q",
+            "https://sqs.example/123456789012/",
+            "https://sqs.example/123456789012/q/extra",
+            "https://sqs.example/123456789012/bad name",
+            "https://sqs.example/123456789012/.fifo",
+            "https://sqs.example/123456789012/q\n",
+        ] {
+            assert_eq!(refused(validate_queue_url(bad)).0, "queue_url", "{bad:?}");
+        }
+        validate_queue_url(&format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{}", "q".repeat(80))).unwrap();
+        assert!(validate_queue_url(&format!("https://sqs.example/123456789012/{}", "q".repeat(81))).is_err());
     }
 
     #[test]

@@ -33,20 +33,19 @@ pub enum Error {
     /// The table does not exist (or not in this region / account).
     #[error("table {table} does not exist (run `leaselock table create`)")]
     TableNotFound { table: String },
-    /// Bad input, refused before anything was written; the message names the field.
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
+    /// The store refused a server-side script (Redis: a Lua error, NOSCRIPT, a busy script).
+    #[error("script refused by the store: {0}")]
+    Script(String),
+    /// Bad input, refused before anything was written. A rejected value quoted in `message` is
+    /// rendered with [`crate::render::value`] (bounded and escaped).
+    #[error("invalid {field}: {message}")]
+    InvalidInput { field: String, message: String },
     /// Any other store failure.
     #[error("store error: {0}")]
     Store(String),
 }
 
 impl Error {
-    /// Bad input in `field`, refused before anything was written.
-    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
-        Error::InvalidInput(format!("{field}: {message}"))
-    }
-
     /// A short stable name for the variant (used by tests, metrics and the bindings).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -60,9 +59,17 @@ impl Error {
             Error::Unreachable(_) => "Unreachable",
             Error::AccessDenied(_) => "AccessDenied",
             Error::TableNotFound { .. } => "TableNotFound",
-            Error::InvalidInput(_) => "InvalidInput",
+            Error::Script(_) => "Script",
+            Error::InvalidInput { .. } => "InvalidInput",
             Error::Store(_) => "Store",
         }
+    }
+}
+
+impl Error {
+    /// Bad input in `field`, refused before anything was written.
+    pub fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::InvalidInput { field: field.into(), message: message.to_string() }
     }
 }
 

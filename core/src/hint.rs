@@ -29,7 +29,8 @@ impl Hint {
 
     /// Parses a message body; unknown fields are ignored, an empty or oversized id is refused.
     pub fn from_json(body: &str) -> Result<Self> {
-        let hint: Hint = serde_json::from_str(body).map_err(|e| Error::InvalidInput(format!("hint body: {e}")))?;
+        let hint: Hint =
+            serde_json::from_str(body).map_err(|e| Error::invalid("hint body", crate::render::text(&e.to_string())))?;
         crate::config::validate_id("connection_id", &hint.connection_id)?;
         Ok(hint)
     }

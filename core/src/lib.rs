@@ -28,18 +28,30 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod hint;
+#[cfg(feature = "dynamodb")]
+pub mod hold;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
 pub mod protocol;
+pub mod render;
 pub mod store;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub mod election;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod worker;
+/// Without the native runtime, the worker's decisions alone (the wasm build drives them).
+#[cfg(not(feature = "dynamodb"))]
+pub mod worker {
+    pub mod decide;
+}
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;
@@ -47,12 +59,21 @@ pub use clock::{Clock, ManualClock, SkewedClock};
 pub use config::{Attributes, LeaseMode, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
+#[cfg(feature = "dynamodb")]
+pub use election::dynamo::DynamoRegistry;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub use election::{
+    Candidate, ElectionBackend, ElectionOptions, LeaderElector, Outcome, StoreElection, Strategy, Term,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
+#[cfg(feature = "dynamodb")]
+pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem};
 pub use memory::MemoryStore;
+
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};

@@ -267,14 +267,14 @@ async fn bad_input_names_the_field_and_writes_nothing() {
     ];
     for (field, result) in cases {
         match result {
-            Err(Error::InvalidInput(msg)) => assert!(msg.starts_with(field), "{msg:?} should name {field}"),
+            Err(Error::InvalidInput { field: named, message }) => assert_eq!(named, field, "{message:?}"),
             other => panic!("expected InvalidInput naming {field}, got {other:?}"),
         }
     }
     assert!(table.items().await.unwrap().is_empty(), "nothing was written");
     let bad = TableConfig::new("leases").lease_duration(Duration::from_millis(1500));
     match leaselock::LeaseTable::new(table.client().clone(), bad) {
-        Err(Error::InvalidInput(msg)) => assert!(msg.contains("lease_duration"), "{msg}"),
+        Err(Error::InvalidInput { field, message }) => assert_eq!(field, "lease_duration", "{message}"),
         other => panic!("{other:?}"),
     }
 }

@@ -101,13 +101,12 @@ impl Config {
                     message: format!("{v:?} is neither per-item nor session"),
                 })?,
             });
-        table.validate().map_err(|e| {
-            let message = match e {
-                leaselock::Error::InvalidInput(m) => m,
-                other => other.to_string(),
-            };
-            let var = FIELD_VARS.iter().find(|(field, _)| message.starts_with(field)).map_or(TABLE, |(_, var)| var);
-            ConfigError::Invalid { var, message }
+        table.validate().map_err(|e| match e {
+            leaselock::Error::InvalidInput { field, message } => {
+                let var = FIELD_VARS.iter().find(|(f, _)| *f == field).map_or(TABLE, |(_, var)| var);
+                ConfigError::Invalid { var, message: format!("{field}: {message}") }
+            }
+            other => ConfigError::Invalid { var: TABLE, message: other.to_string() },
         })?;
 
         let queue_url = required(QUEUE_URL)?;

@@ -228,7 +228,12 @@ async fn read_page<S: LeaseStore + ?Sized>(
     loop {
         match store.orphans_page(cutoff_ms, options.page_size, after.clone()).await {
             Ok(page) => return Ok(page),
-            Err(e @ (leaselock::Error::Throttled | leaselock::Error::Store(_))) if attempt < PAGE_ATTEMPTS => {
+            Err(
+                e @ (leaselock::Error::Throttled
+                | leaselock::Error::Timeout { .. }
+                | leaselock::Error::Unreachable(_)
+                | leaselock::Error::Store(_)),
+            ) if attempt < PAGE_ATTEMPTS => {
                 warn!(error = %e, attempt, "orphan query failed");
                 if !pause_within(Duration::from_millis(250 << attempt), options.deadline).await {
                     return Err(e);

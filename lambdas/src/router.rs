@@ -14,13 +14,17 @@
 //!
 //! A START whose hint cannot be sent still succeeds (`hint_sent: false`): the desired state is
 //! already written, and workers find unhinted work through the orphan index within seconds.
+//!
+//! Ids follow core's rule ([`leaselock::config::validate_id`]). Every value an error quotes, in
+//! a response or a log line, goes through [`leaselock::render`]: an error stays a few hundred
+//! bytes whatever the payload, and a value cannot break a log line or a terminal.
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::sqs::SqsEvent;
 use base64::Engine as _;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use leaselock::config::{validate_id, validate_url};
-use leaselock::{DesiredState, LeaseItem, LeaseStore};
+use leaselock::{render, DesiredState, LeaseItem, LeaseStore};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tracing::{info, warn};
@@ -49,8 +53,7 @@ impl Invalid {
 
     fn from_core(field: &'static str, err: leaselock::Error) -> Self {
         match err {
-            // Core's message already names the field.
-            leaselock::Error::InvalidInput(message) => Invalid { field, message },
+            leaselock::Error::InvalidInput { message, .. } => Invalid::new(field, message),
             other => Invalid::new(field, other),
         }
     }
@@ -70,8 +73,25 @@ fn string_field<'a>(object: &'a Map<String, Value>, field: &'static str) -> Resu
     match object.get(field) {
         None | Some(Value::Null) => Err(Invalid::new(field, "missing")),
         Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(Invalid::new(field, format_args!("must be a string, got {other}"))),
+        Some(other) => Err(Invalid::new(field, format_args!("must be a string, got {}", json_type(other)))),
     }
+}
+
+/// What a JSON value is, for an error that must not echo it.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A parser's error, which may quote the input, made safe to pass on.
+fn parse_error(e: impl std::fmt::Display) -> String {
+    render::text(&e.to_string())
 }
 
 impl Command {
@@ -83,14 +103,17 @@ impl Command {
         match action {
             "START" => Ok(Command::Start { connection_id, url: checked_url(string_field(object, "url")?)? }),
             "STOP" => Ok(Command::Stop { connection_id }),
-            other => Err(Invalid::new("action", format_args!("unknown action {other:?}, expected START or STOP"))),
+            other => Err(Invalid::new(
+                "action",
+                format_args!("unknown action {}, expected START or STOP", render::value(other)),
+            )),
         }
     }
 
     /// Reads a command from JSON text (an SQS message body).
     pub fn from_json(text: &str) -> Result<Self, Invalid> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| Invalid::new("body", format_args!("not valid JSON ({e})")))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Invalid::new("body", format_args!("not valid JSON ({})", parse_error(e))))?;
         Self::from_value(&value)
     }
 
@@ -106,9 +129,9 @@ impl Command {
 pub enum RouterError {
     #[error("invalid request (non-retryable): {0}")]
     Invalid(#[from] Invalid),
-    #[error("connection {id:?} not found (non-retryable)")]
+    #[error("connection {} not found (non-retryable)", render::value(id))]
     NotFound { id: String },
-    #[error("store unavailable (retryable): {0}")]
+    #[error("store unavailable (retryable): {}", render::text(&.0.to_string()))]
     Store(leaselock::Error),
 }
 
@@ -116,9 +139,9 @@ impl RouterError {
     fn from_store(err: leaselock::Error) -> Self {
         match err {
             leaselock::Error::NotFound { id } => RouterError::NotFound { id },
-            leaselock::Error::InvalidInput(message) => {
-                let field = if message.starts_with("url") { "url" } else { "connection_id" };
-                RouterError::Invalid(Invalid { field, message })
+            leaselock::Error::InvalidInput { field, message } => {
+                let field = if field == "url" { "url" } else { "connection_id" };
+                RouterError::Invalid(Invalid::new(field, message))
             }
             other => RouterError::Store(other),
         }
@@ -187,7 +210,7 @@ pub async fn execute<S: LeaseStore + ?Sized>(
             let hint_sent = match hints.send(&Hint::new(connection_id.as_str())).await {
                 Ok(()) => true,
                 Err(e) => {
-                    warn!(connection_id = %connection_id, error = %e, "START recorded but its hint was not sent");
+                    warn!(connection_id = %connection_id, error = %render::text(&e.to_string()), "START recorded but its hint was not sent");
                     false
                 }
             };
@@ -267,8 +290,12 @@ impl HttpResponse {
     fn from_error(err: RouterError) -> Self {
         match err {
             RouterError::Invalid(invalid) => Self::error(400, &invalid.message, Some(invalid.field)),
-            RouterError::NotFound { id } => Self::error(404, format_args!("connection {id:?} not found"), None),
-            RouterError::Store(e) => Self::error(503, format_args!("store unavailable, retry: {e}"), None),
+            RouterError::NotFound { id } => {
+                Self::error(404, format_args!("connection {} not found", render::value(&id)), None)
+            }
+            RouterError::Store(e) => {
+                Self::error(503, format_args!("store unavailable, retry: {}", render::text(&e.to_string())), None)
+            }
         }
     }
 
@@ -296,6 +323,16 @@ enum Route {
 }
 
 impl Route {
+    /// The route as a log line names it (an unknown action rendered, never raw).
+    fn name(&self) -> String {
+        match self {
+            Route::Start => "start".into(),
+            Route::Stop => "stop".into(),
+            Route::Get => "get".into(),
+            Route::Unknown(action) => format!("unknown action {}", render::value(action)),
+        }
+    }
+
     fn method(&self) -> &'static str {
         match self {
             Route::Get => "GET",
@@ -355,15 +392,15 @@ fn request_body(req: &ApiGatewayV2httpRequest) -> Result<Option<String>, Invalid
     }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(body)
-        .map_err(|e| Invalid::new("body", format_args!("not valid base64 ({e})")))?;
+        .map_err(|e| Invalid::new("body", format_args!("not valid base64 ({})", parse_error(e))))?;
     String::from_utf8(bytes).map(Some).map_err(|_| Invalid::new("body", "not UTF-8"))
 }
 
 /// Reads the START body `{"url": "..."}` (a `connection_id` in it must match the path).
 fn start_url(req: &ApiGatewayV2httpRequest, id: &str) -> Result<String, Invalid> {
     let body = request_body(req)?.ok_or_else(|| Invalid::new("body", r#"missing: expected {"url": "wss://..."}"#))?;
-    let value: Value =
-        serde_json::from_str(&body).map_err(|e| Invalid::new("body", format_args!("not valid JSON ({e})")))?;
+    let value: Value = serde_json::from_str(&body)
+        .map_err(|e| Invalid::new("body", format_args!("not valid JSON ({})", parse_error(e))))?;
     let object = value.as_object().ok_or_else(|| Invalid::new("body", "must be a JSON object"))?;
     if let Some(other) = object.get("connection_id").filter(|v| !v.is_null()) {
         if other.as_str() != Some(id) {
@@ -377,12 +414,16 @@ fn start_url(req: &ApiGatewayV2httpRequest, id: &str) -> Result<String, Invalid>
 pub async fn handle_http<S: LeaseStore + ?Sized>(payload: Value, store: &S, hints: &dyn HintSender) -> HttpResponse {
     let req: ApiGatewayV2httpRequest = match serde_json::from_value(payload) {
         Ok(req) => req,
-        Err(e) => return HttpResponse::error(400, format_args!("event: not an HTTP API request ({e})"), Some("event")),
+        Err(e) => {
+            let message = format!("not an HTTP API request ({})", parse_error(e));
+            warn!(error = %message, "refused");
+            return HttpResponse::error(400, format_args!("event: {message}"), Some("event"));
+        }
     };
     let method = req.request_context.http.method.as_str().to_ascii_uppercase();
     let Some((route, raw_id)) = route_of(&req) else {
-        let path = req.raw_path.clone().unwrap_or_default();
-        return HttpResponse::error(404, format_args!("no route for {method} {path}"), None);
+        let path = render::value(req.raw_path.as_deref().unwrap_or_default());
+        return HttpResponse::error(404, format_args!("no route for {} {path}", render::value(&method)), None);
     };
     if method != route.method() {
         let mut response = HttpResponse::error(405, format_args!("use {} here", route.method()), None);
@@ -402,16 +443,18 @@ pub async fn handle_http<S: LeaseStore + ?Sized>(payload: Value, store: &S, hint
                 Some(item) => Ok(Connection::from(item)),
                 None => Err(RouterError::NotFound { id }),
             },
-            Route::Unknown(action) => {
-                Err(Invalid::new("action", format_args!("unknown action {action:?}, expected start or stop")).into())
-            }
+            Route::Unknown(action) => Err(Invalid::new(
+                "action",
+                format_args!("unknown action {}, expected start or stop", render::value(action)),
+            )
+            .into()),
         }
     }
     .await;
     match result {
         Ok(connection) => HttpResponse::ok(connection),
         Err(e) => {
-            warn!(%method, route = ?route, error = %e, "request failed");
+            warn!(method = %render::value(&method), route = %route.name(), error = %e, "request failed");
             HttpResponse::from_error(e)
         }
     }
@@ -424,11 +467,16 @@ pub async fn handle_sqs<S: LeaseStore + ?Sized>(
     hints: &dyn HintSender,
 ) -> Result<Value, RouterError> {
     let event: SqsEvent = serde_json::from_value(payload)
-        .map_err(|e| RouterError::Invalid(Invalid::new("Records", format_args!("not an SQS batch ({e})"))))?;
+        .map_err(|e| {
+            RouterError::Invalid(Invalid::new("Records", format_args!("not an SQS batch ({})", parse_error(e))))
+        })
+        .inspect_err(|e| warn!(error = %e, "refused"))?;
     let fifo = event.records.iter().any(|r| r.event_source_arn.as_deref().is_some_and(|arn| arn.ends_with(".fifo")));
     let mut failures: Vec<String> = Vec::new();
     for record in &event.records {
         let message_id = record.message_id.clone().unwrap_or_default();
+        // Logged rendered: the id comes from the event.
+        let logged_id = render::value(&message_id);
         if fifo && !failures.is_empty() {
             failures.push(message_id);
             continue;
@@ -440,14 +488,14 @@ pub async fn handle_sqs<S: LeaseStore + ?Sized>(
         match outcome {
             Ok(_) => {}
             Err(e) if e.is_retryable() => {
-                warn!(message_id = %message_id, error = %e, "command failed, SQS will redeliver it");
+                warn!(message_id = %logged_id, error = %e, "command failed, SQS will redeliver it");
                 if message_id.is_empty() {
                     // Without an id the failure cannot be reported alone: fail the whole batch.
                     return Err(e);
                 }
                 failures.push(message_id);
             }
-            Err(e) => warn!(message_id = %message_id, error = %e, "dropping a command that cannot succeed"),
+            Err(e) => warn!(message_id = %logged_id, error = %e, "dropping a command that cannot succeed"),
         }
     }
     let failures: Vec<Value> = failures.into_iter().map(|id| json!({ "itemIdentifier": id })).collect();

@@ -530,3 +530,14 @@ fn the_run_deadline_comes_from_the_invocation_deadline() {
     assert_eq!(reconciler::run_deadline(T0 - 5, now), None);
     assert_eq!(reconciler::run_deadline(600_000, now), None);
 }
+
+#[tokio::test]
+async fn hostile_ids_and_urls_are_refused_bounded_and_write_nothing() {
+    for kind in KINDS {
+        let (store, _) = memory();
+        let hints = MemoryHints::new();
+        let sent = hostile_writes_nothing(kind, &store, &hints).await;
+        assert!(sent >= 30, "{kind:?}: only {sent} cases");
+        assert!(hints.sent().is_empty(), "{kind:?}: a refused request sent a hint");
+    }
+}

@@ -46,12 +46,33 @@ async fn router_refuses_malformed_requests_and_writes_nothing() {
     }
     assert!(store.items().await.unwrap().is_empty(), "a scan finds nothing");
     assert_eq!(queue_depth(&hints).await, 0, "no hint was sent");
+    assert_eq!(receive_bodies(&hints, 1).await, Vec::<String>::new(), "a receive finds nothing");
     // STOP of an id that was never started: refused, and still nothing written.
     for kind in KINDS {
         let expected = if kind == Kind::Sqs { Verdict::Done } else { Verdict::NotFound };
         assert_eq!(verdict(kind, invoke(&store, &hints, stop_event(kind, "nobody")).await), expected, "{kind:?}");
     }
     assert!(store.items().await.unwrap().is_empty(), "STOP of an unknown id must not create it");
+}
+
+#[tokio::test]
+async fn router_refuses_hostile_ids_and_urls_and_writes_nothing() {
+    let Some(sdk) = services("router_refuses_hostile_ids_and_urls_and_writes_nothing").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-hostile"))).await;
+    let hints = queue(&sdk).await;
+    for kind in KINDS {
+        let sent = hostile_writes_nothing(kind, &store, &hints).await;
+        assert!(sent >= 30, "{kind:?}: only {sent} cases");
+    }
+    assert!(store.items().await.unwrap().is_empty(), "a scan finds nothing");
+    assert_eq!(receive_bodies(&hints, 1).await, Vec::<String>::new(), "no hint was sent");
+    // The same table and queue do take a good request: the checks above could see one.
+    assert_eq!(
+        verdict(Kind::Direct, invoke(&store, &hints, start_command("s1", "wss://feed.example/s1")).await),
+        Verdict::Done
+    );
+    assert_eq!(store.items().await.unwrap().len(), 1);
+    assert_eq!(receive_bodies(&hints, 5).await, vec![leaselock::Hint::new("s1").to_json()]);
 }
 
 #[tokio::test]

@@ -520,9 +520,9 @@ fn start_and_stop() {
     assert_eq!(u.expression_attribute_values[":ttl"], n(NOW / 1000 + 7 * 24 * 3600));
     assert!(matches!(failed(op.next(at(5).with(Answer::ConditionFailed { item: None }))), Error::NotFound { .. }));
 
-    assert!(matches!(Start::new(&c, "", "wss://x"), Err(Error::InvalidInput(_))));
-    assert!(matches!(Start::new(&c, "s1", "http://x"), Err(Error::InvalidInput(_))));
-    assert!(matches!(Acquire::started(&c, "s1", ""), Err(Error::InvalidInput(_))));
+    assert!(matches!(Start::new(&c, "", "wss://x"), Err(Error::InvalidInput { .. })));
+    assert!(matches!(Start::new(&c, "s1", "http://x"), Err(Error::InvalidInput { .. })));
+    assert!(matches!(Acquire::started(&c, "s1", ""), Err(Error::InvalidInput { .. })));
 }
 
 #[test]

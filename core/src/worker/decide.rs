@@ -147,7 +147,8 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::Unreachable(_)
         | Error::AccessDenied(_)
         | Error::TableNotFound { .. }
-        | Error::InvalidInput(_)
+        | Error::InvalidInput { .. }
+        | Error::Script(_)
         | Error::Store(_) => ClaimFailure::Error,
     }
 }

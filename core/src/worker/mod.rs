@@ -183,19 +183,19 @@ impl WorkerBuilder {
             h.wait = self.hint_wait;
         }
         let s = &self.settings;
-        let invalid = |msg: &str| Err(Error::InvalidInput(msg.to_string()));
+        let invalid = |field: &str, msg: &str| Err(Error::invalid(field, msg));
         if s.max_connections == 0 {
-            return invalid("max_connections: must be at least 1");
+            return invalid("max_connections", "must be at least 1");
         }
         if s.orphan_interval.is_zero() || s.desired_state_interval.is_zero() || s.metrics_interval.is_zero() {
-            return invalid("orphan_interval, desired_state_interval, metrics_interval: must be greater than zero");
+            return invalid("orphan_interval, desired_state_interval, metrics_interval", "must be greater than zero");
         }
         if let Some(h) = &self.hints {
             if h.wait > MAX_HINT_WAIT {
-                return invalid("hint_wait: at most 20 s");
+                return invalid("hint_wait", "at most 20 s");
             }
             if h.queue_url.is_empty() {
-                return invalid("hint queue_url: must not be empty");
+                return invalid("hint queue_url", "must not be empty");
             }
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
@@ -326,6 +326,11 @@ impl Inner {
                 h.cancel.cancel(reason);
             }
         }
+    }
+
+    /// Ids held or being claimed here.
+    pub(crate) fn tracked(&self) -> usize {
+        self.leases.lock().expect("leases poisoned").by_id.len()
     }
 
     /// Whether `id` is held or being claimed here.
@@ -593,6 +598,7 @@ impl Worker {
         let Worker { inner, mut new_leases, hints, reporter } = self;
         let reporter = Arc::new(reporter);
         let mut tasks = JoinSet::new();
+        let mut lease_tasks = JoinSet::new();
         tasks.spawn(reconcile::orphan_loop(inner.clone()));
         tasks.spawn(reconcile::desired_state_loop(inner.clone()));
         tasks.spawn(report::metrics_loop(inner.clone(), reporter.clone()));
@@ -612,32 +618,44 @@ impl Worker {
                 () = &mut shutdown => break,
                 () = inner.shutdown.cancelled() => break,
                 Some((held, permit)) = new_leases.recv() => {
-                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
                 }
+                Some(joined) = lease_tasks.join_next() => log_task_end(joined),
                 Some(joined) = tasks.join_next() => log_task_end(joined),
             }
         }
         info!(worker_id = %inner.id, held = inner.held().len(), "shutting down");
         inner.shutdown.cancel();
         let held_at_shutdown = inner.stop_all();
-        // Claims already in flight still land (and are cancelled at once); every lease task
-        // waits for its handler and releases its lease, all of them at the same time.
-        loop {
-            tokio::select! {
-                biased;
-                Some((held, permit)) = new_leases.recv() => {
-                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
-                }
-                joined = tasks.join_next() => match joined {
-                    Some(joined) => log_task_end(joined),
-                    None => break,
-                },
-            }
-        }
+        // Session mode: the one session write frees everything, so it comes once no claim is in
+        // flight and every handler has returned (not after the loops: a long poll may be pending).
         if let Some(task) = session_task.as_mut() {
+            while inner.tracked() > 0 || !new_leases.is_empty() {
+                tokio::select! {
+                    biased;
+                    Some((held, permit)) = new_leases.recv() => {
+                        lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                    }
+                    Some(joined) = lease_tasks.join_next() => log_task_end(joined),
+                    // A claim in flight sends no event when it fails: look again shortly.
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
             session_stop.cancel();
             let _ = (&mut task.0).await;
             end_session(&inner, &held_at_shutdown).await;
+        }
+        // Claims already in flight still land (and are cancelled at once); every lease task
+        // waits for its handler and releases its lease, all of them at the same time.
+        while !(tasks.is_empty() && lease_tasks.is_empty() && new_leases.is_empty()) {
+            tokio::select! {
+                biased;
+                Some((held, permit)) = new_leases.recv() => {
+                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                }
+                Some(joined) = lease_tasks.join_next(), if !lease_tasks.is_empty() => log_task_end(joined),
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => log_task_end(joined),
+            }
         }
         let snapshot = inner.snapshot();
         reporter.emit(&inner);

@@ -563,3 +563,258 @@ pub fn drain(
         out
     })
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input: ids and urls no entry point may accept, and what the answers may show of them
+
+/// Ids that look harmless or forge output: control characters (Unicode Cc) and invisible
+/// format characters.
+pub const HOSTILE_IDS: &[(&str, &str)] = &[
+    ("NUL", "s1\0"),
+    ("CR LF", "s1\r\n2026-01-01T00:00:00Z INFO forged log line"),
+    ("LF", "s1\n"),
+    ("TAB", "s\t1"),
+    ("DEL", "s1\u{7f}"),
+    ("ESC sequence", "\u{1b}[2J\u{1b}[Hs1"),
+    ("OSC title", "\u{1b}]0;pwned\u{7}s1"),
+    ("C1 CSI", "\u{9b}31ms1"),
+    ("bidi override", "s1\u{202e}gpj.exe"),
+    ("bidi isolate", "\u{2066}s1\u{2069}"),
+    ("zero-width space", "s\u{200b}1"),
+    ("byte order mark", "\u{feff}s1"),
+];
+
+/// Every byte of `s` as `%XX` except unreserved ASCII.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A hostile request: what it is, the field the answer must name, a phrase the answer's
+/// message must hold (HTTP and direct; SQS only logs it), and the event.
+pub struct Hostile {
+    pub what: String,
+    pub field: &'static str,
+    pub says: &'static str,
+    pub event: Value,
+}
+
+fn command_event(kind: Kind, command: Value) -> Value {
+    match kind {
+        Kind::Http => unreachable!("HTTP requests are built from paths"),
+        Kind::Sqs => sqs_event(&[command.to_string()]),
+        Kind::Direct => command,
+    }
+}
+
+/// Bad ids and urls through `kind`: START and STOP with each hostile id (over HTTP both as a
+/// path parameter and percent-encoded in a `$default` path), urls with control characters,
+/// invisible characters or too long (the length is what must be reported), huge ids.
+pub fn hostile(kind: Kind) -> Vec<Hostile> {
+    let chars = "control and invisible format characters";
+    let url = "wss://feed.example/s";
+    let mut cases = Vec::new();
+    let mut push = |what: String, field, says, event| cases.push(Hostile { what, field, says, event });
+    let url_body = json!({ "url": url }).to_string();
+    let huge_id = "\u{1b}".repeat(2_000_000);
+    for (name, id) in HOSTILE_IDS.iter().copied().chain([("2 MB of ESC", huge_id.as_str())]) {
+        let says = if id.len() > 1024 { "too long" } else { chars };
+        match kind {
+            Kind::Http => {
+                let path = |action: &str| format!("/connections/{}/{action}", percent_encode(id));
+                let start = "/connections/{id}/start";
+                let stop = "/connections/{id}/stop";
+                push(
+                    format!("START {name}"),
+                    "connection_id",
+                    says,
+                    http_event("POST", start, &path("start"), Some(id), Some(&url_body)),
+                );
+                push(
+                    format!("STOP {name}"),
+                    "connection_id",
+                    says,
+                    http_event("POST", stop, &path("stop"), Some(id), None),
+                );
+                push(
+                    format!("GET {name}"),
+                    "connection_id",
+                    says,
+                    http_event(
+                        "GET",
+                        "/connections/{id}",
+                        &format!("/connections/{}", percent_encode(id)),
+                        Some(id),
+                        None,
+                    ),
+                );
+                push(
+                    format!("START {name}, percent-encoded in a $default path"),
+                    "connection_id",
+                    says,
+                    http_event("POST", "$default", &path("start"), None, Some(&url_body)),
+                );
+            }
+            _ => {
+                push(format!("START {name}"), "connection_id", says, command_event(kind, start_command(id, url)));
+                push(format!("STOP {name}"), "connection_id", says, command_event(kind, stop_command(id)));
+            }
+        }
+    }
+    let urls: Vec<(&str, String, &'static str)> = vec![
+        ("url with ESC", "wss://feed.example/\u{1b}[2J".into(), "U+001B"),
+        ("url with CR LF", "wss://feed.example/s\r\nHost: evil".into(), "U+000D"),
+        ("url with NUL", "wss://feed.example/\0".into(), "U+0000"),
+        ("url with a bidi override", "wss://feed.example/\u{202e}s".into(), "U+202E"),
+        ("url over 4 kB", format!("wss://feed.example/{}", "x".repeat(5000)), "too long"),
+        ("url over 4 kB without a host", format!("wss://{}", "/".repeat(5000)), "too long"),
+        ("url over 4 kB of escapes", format!("https://{}", "\u{1b}\"".repeat(1_000_000)), "too long"),
+    ];
+    for (name, bad, says) in urls {
+        let event = match kind {
+            Kind::Http => {
+                let body = json!({ "url": bad }).to_string();
+                http_event("POST", "/connections/{id}/start", "/connections/s1/start", Some("s1"), Some(&body))
+            }
+            _ => command_event(kind, start_command("s1", &bad)),
+        };
+        push(name.to_string(), "url", says, event);
+    }
+    cases
+}
+
+/// The size of the answer as the Lambda runtime would send it.
+pub fn answer_size(result: &Result<Value, RouterError>) -> usize {
+    match result {
+        Ok(v) => v.to_string().len(),
+        Err(e) => json!({ "errorType": e.kind(), "errorMessage": e.to_string() }).to_string().len(),
+    }
+}
+
+/// The error text the caller reads: the HTTP body's `error`, the direct invocation's message.
+pub fn error_text(kind: Kind, result: &Result<Value, RouterError>) -> Option<String> {
+    match (kind, result) {
+        (Kind::Http, Ok(response)) => {
+            let body: Value = serde_json::from_str(response["body"].as_str()?).ok()?;
+            body["error"].as_str().map(str::to_string)
+        }
+        (_, Err(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether a text shows a character ids refuse (it would reach a terminal or a log raw).
+pub fn shows_raw(text: &str) -> bool {
+    text.chars().any(leaselock::config::is_refused_char)
+}
+
+/// The router's log lines while `f` runs, as `target: message field=value ...` (only ours).
+pub struct LogCapture {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _guard: tracing::dispatcher::DefaultGuard,
+}
+
+impl LogCapture {
+    /// Captures the current thread's events from now on (tokio tests run on one thread).
+    pub fn start() -> Self {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let guard = tracing::dispatcher::set_default(&tracing::Dispatch::new(Capture(lines.clone())));
+        LogCapture { lines, _guard: guard }
+    }
+
+    /// Takes the lines captured so far.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
+
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        // As tracing-subscriber's fmt layer writes a field: `%` values through Display.
+        let _ = write!(self.0, " {}={value:?}", field.name());
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target().starts_with("leaselock")
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = Line(format!("{}:", event.metadata().target()));
+        event.record(&mut line);
+        self.0.lock().unwrap().push(line.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The largest answer or log line a refused request may produce.
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// Every hostile request is refused naming its field and saying why, its answer and log lines
+/// are small and show no raw control character, and nothing is written or hinted (checked on
+/// `store` after each case; the caller checks the queue). Returns how many requests were sent.
+pub async fn hostile_writes_nothing<S: LeaseStore + ?Sized>(kind: Kind, store: &S, hints: &dyn HintSender) -> usize {
+    let cases = hostile(kind);
+    let logs = LogCapture::start();
+    for Hostile { what, field, says, event } in &cases {
+        let result = invoke(store, hints, event.clone()).await;
+        let size = answer_size(&result);
+        assert!(size < MAX_ERROR_BYTES, "{kind:?} {what}: a {size}-byte answer");
+        let text = error_text(kind, &result);
+        let verdict = verdict(kind, result);
+        let lines = logs.take();
+        match kind {
+            Kind::Sqs => {
+                assert_eq!(verdict, Verdict::Done, "{kind:?} {what}: dropped, not retried");
+                let line = lines.iter().find(|l| l.contains("dropping")).unwrap_or_else(|| panic!("{what}: {lines:?}"));
+                assert!(line.contains(field) && line.contains(says), "{kind:?} {what}: {line}");
+            }
+            _ => {
+                assert_eq!(verdict, Verdict::Refused(Some(field.to_string())), "{kind:?} {what}");
+                let text = text.unwrap_or_else(|| panic!("{kind:?} {what}: no error text"));
+                assert!(text.contains(says), "{kind:?} {what}: {text:?} should say {says:?}");
+                assert!(!shows_raw(&text), "{kind:?} {what}: raw control characters in {text:?}");
+                assert!(!text.contains(r"\\u{"), "{kind:?} {what}: escaped twice: {text}");
+            }
+        }
+        for line in &lines {
+            assert!(line.len() < MAX_ERROR_BYTES, "{kind:?} {what}: a {}-byte log line", line.len());
+            assert!(!shows_raw(line), "{kind:?} {what}: raw control characters logged: {line:?}");
+            assert!(!line.contains(r"\\u{"), "{kind:?} {what}: escaped twice in the log: {line}");
+        }
+        assert!(store.items().await.unwrap().is_empty(), "{kind:?} {what}: something was written");
+    }
+    cases.len()
+}
+
+/// Receives from the hint queue once (long poll `wait` seconds) and returns the bodies.
+pub async fn receive_bodies(hints: &SqsHints, wait: i32) -> Vec<String> {
+    let out = hints
+        .client()
+        .receive_message()
+        .queue_url(hints.queue_url())
+        .max_number_of_messages(10)
+        .wait_time_seconds(wait)
+        .send()
+        .await
+        .unwrap();
+    out.messages().iter().map(|m| m.body().unwrap_or_default().to_string()).collect()
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Client CPU per renew and per acquire, side by side in one run: leaselock (blocking and
+asyncio), the Rust LeaseTable itself (a separate process: bench/cpu) and boto3 sending the same
+conditional UpdateItem, all against a loopback HTTP/1.1 keep-alive endpoint answering canned
+DynamoDB responses (keepalive_server.py, its own process, so its CPU is not counted).
+
+Process CPU (user + system: time.process_time() here, getrusage in the Rust binary), not wall
+time. Merges the figures into bench/results/latest.json.
+
+usage: cpu.py RUST_BENCH_BINARY [OPS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict
+
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+
+
+def per_op_us(op: Callable[[], object], ops: int) -> float:
+    for _ in range(ops // 10):
+        op()
+    start = time.process_time()
+    for _ in range(ops):
+        op()
+    return (time.process_time() - start) / ops * 1e6
+
+
+def per_op_us_async(op: Callable[[], "asyncio.Future[object]"], ops: int) -> float:
+    async def run() -> float:
+        for _ in range(ops // 10):
+            await op()
+        start = time.process_time()
+        for _ in range(ops):
+            await op()
+        return (time.process_time() - start) / ops * 1e6
+
+    return asyncio.run(run())
+
+
+def leaselock_figures(ops: int) -> Dict[str, float]:
+    import leaselock
+
+    table = leaselock.LeaseTable("bench")
+    lease = table.acquire("bench", "bench-owner")
+    out = {
+        "python_cpu_us_per_renew": per_op_us(lease.renew, ops),
+        "python_cpu_us_per_acquire": per_op_us(lambda: table.acquire("bench", "bench-owner"), ops),
+    }
+    atable = leaselock.AsyncLeaseTable("bench")
+
+    async def first() -> leaselock.AsyncLease:
+        return await atable.acquire("bench", "bench-owner")
+
+    alease = asyncio.run(first())
+    out["python_async_cpu_us_per_renew"] = per_op_us_async(alease.renew, ops)
+    out["python_async_cpu_us_per_acquire"] = per_op_us_async(lambda: atable.acquire("bench", "bench-owner"), ops)
+    return out
+
+
+def boto3_figures(ops: int) -> Dict[str, float]:
+    """The reference worker's renewal and claim as one writes them with boto3's client."""
+    import boto3
+
+    client = boto3.client("dynamodb")
+
+    def renew() -> object:
+        now = int(time.time() * 1000)
+        return client.update_item(
+            TableName="bench",
+            Key={"connection_id": {"S": "bench"}},
+            UpdateExpression="SET lease_expires_at_ms = :exp",
+            ConditionExpression="lease_owner = :me AND fence = :fence",
+            ExpressionAttributeValues={":exp": {"N": str(now + 20_000)}, ":me": {"S": "bench-owner"}, ":fence": {"N": "7"}},
+            ReturnValues="ALL_NEW",
+        )
+
+    def acquire() -> object:
+        now = int(time.time() * 1000)
+        return client.update_item(
+            TableName="bench",
+            Key={"connection_id": {"S": "bench"}},
+            UpdateExpression="SET lease_owner = :me, lease_expires_at_ms = :exp ADD fence :one",
+            ConditionExpression="(attribute_not_exists(lease_expires_at_ms) OR lease_expires_at_ms < :cutoff)"
+            " AND (attribute_not_exists(desired_state) OR desired_state <> :stopped)",
+            ExpressionAttributeValues={
+                ":me": {"S": "bench-owner"},
+                ":exp": {"N": str(now + 20_000)},
+                ":one": {"N": "1"},
+                ":cutoff": {"N": str(now - 1_000)},
+                ":stopped": {"S": "STOPPED"},
+            },
+            ReturnValues="ALL_NEW",
+        )
+
+    return {"boto3_cpu_us_per_renew": per_op_us(renew, ops), "boto3_cpu_us_per_acquire": per_op_us(acquire, ops)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    rust_bench, ops = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3_000
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("keepalive_server.py")), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        os.environ.update(
+            AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+            AWS_REGION="us-east-1",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ACCESS_KEY_ID="bench",
+            AWS_SECRET_ACCESS_KEY="bench",
+            AWS_EC2_METADATA_DISABLED="true",
+        )
+        rust = json.loads(subprocess.run([rust_bench, str(ops)], check=True, capture_output=True, text=True).stdout)
+        figures = {**leaselock_figures(ops), **rust, **boto3_figures(max(ops // 3, 300))}
+    finally:
+        server.terminate()
+        server.wait()
+    figures = {k: round(v, 1) for k, v in figures.items()}
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results.update(figures)
+    results["python_cpu_endpoint"] = "loopback HTTP/1.1 keep-alive server, canned UpdateItem responses"
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+    print(f"client CPU per operation, us (process CPU, {ops} ops, keep-alive endpoint):")
+    print(f"{'':18}{'renew':>8}{'acquire':>9}")
+    for name, key in [("leaselock sync", "python"), ("leaselock async", "python_async"), ("Rust LeaseTable", "rust"), ("boto3", "boto3")]:
+        print(f"{name:18}{figures[key + '_cpu_us_per_renew']:>8}{figures[key + '_cpu_us_per_acquire']:>9}")
+    for op in ("renew", "acquire"):
+        rust_us, boto_us = figures[f"rust_cpu_us_per_{op}"], figures[f"boto3_cpu_us_per_{op}"]
+        for key in ("python", "python_async"):
+            us = figures[f"{key}_cpu_us_per_{op}"]
+            print(f"{key} {op}: {us / rust_us:.2f}x Rust, {boto_us / us:.1f}x less than boto3")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The exception tree: every error leaselock raises is a :class:`LeaseLockError`.
+
+- :class:`LeaseHeld` (``.owner``, ``.expires_at_ms``): someone else holds an unexpired lease.
+- :class:`LeaseLost`: the lease is no longer ours (taken over, released, past the deadline).
+- :class:`LeaseNotFound`, :class:`LeaseStopped`: no item; the work is STOPPED.
+- :class:`SeqNotIncreasing` (``.last_seq``, ``.seq``): a checkpoint must move forward.
+- :class:`Throttled`: the store kept throttling until the retry budget ran out.
+- :class:`InvalidInput` (``.field``): refused before anything was written.
+- :class:`StoreError` and its kinds :class:`Timeout` (``.outcome_unknown``),
+  :class:`Unreachable`, :class:`AccessDenied`, :class:`TableNotFound` (``.table``).
+"""
+
+from ._native import (
+    AccessDenied,
+    InvalidInput,
+    LeaseHeld,
+    LeaseLockError,
+    LeaseLost,
+    LeaseNotFound,
+    LeaseStopped,
+    SeqNotIncreasing,
+    StoreError,
+    TableNotFound,
+    Throttled,
+    Timeout,
+    Unreachable,
+)
+
+__all__ = [
+    "AccessDenied",
+    "InvalidInput",
+    "LeaseHeld",
+    "LeaseLockError",
+    "LeaseLost",
+    "LeaseNotFound",
+    "LeaseStopped",
+    "SeqNotIncreasing",
+    "StoreError",
+    "TableNotFound",
+    "Throttled",
+    "Timeout",
+    "Unreachable",
+]

@@ -1,0 +1,150 @@
+"""Held leases and stored items.
+
+A :class:`Lease` (blocking) or :class:`AsyncLease` (coroutines) is what a claim returns. Its
+``deadline`` is the number of seconds left before the owner must stop acting for the work, on
+the monotonic clock (negative once past): the lease is measured from when the last successful
+write was *sent*, less the clock skew, so the owner stops before any other worker may claim.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Optional, Type
+
+from . import _native
+from .errors import LeaseLost
+
+LeaseItem = _native.LeaseItem
+"""One stored lease item, as read: ``id, desired_state, url, owner, expires_at_ms, last_seq,
+fence, ttl``."""
+
+__all__ = ["AsyncLease", "Lease", "LeaseItem"]
+
+
+class _LeaseView:
+    """The lease's fields, shared by the blocking and the async handle."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.Lease) -> None:
+        self._native = native
+
+    @property
+    def id(self) -> str:
+        """The work's id."""
+        return self._native.id
+
+    @property
+    def owner(self) -> str:
+        """The owner name written into the lease."""
+        return self._native.owner
+
+    @property
+    def fence(self) -> int:
+        """This claim's fencing token: every claim of the id increments it."""
+        return self._native.fence
+
+    @property
+    def expires_at_ms(self) -> int:
+        """The stored expiry, epoch ms (the writer's wall clock)."""
+        return self._native.expires_at_ms
+
+    @property
+    def last_seq(self) -> Optional[int]:
+        """The last checkpointed sequence number: resume after it."""
+        return self._native.last_seq
+
+    @property
+    def url(self) -> Optional[str]:
+        """Where the work lives (``ws_url``)."""
+        return self._native.url
+
+    @property
+    def desired_state(self) -> Optional[str]:
+        """``"STARTED"``, ``"STOPPED"`` or ``None``, as of the last write."""
+        return self._native.desired_state
+
+    @property
+    def deadline(self) -> float:
+        """Seconds left before the local deadline (monotonic clock; negative once past)."""
+        return self._native.deadline
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a held scope's lease ended: deadline, lost, STOPPED or released."""
+        return self._native.cancelled
+
+    @property
+    def cancel_reason(self) -> Optional[str]:
+        """``"Deadline"``, ``"Lost"``, ``"Stopped"`` or ``"Released"`` once cancelled."""
+        return self._native.cancel_reason
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+class Lease(_LeaseView):
+    """A held lease with blocking methods; ``with lease:`` releases it on exit.
+
+    Every method releases the GIL while it waits for DynamoDB.
+    """
+
+    __slots__ = ()
+
+    def renew(self) -> None:
+        """Extends the lease; raises :class:`LeaseLost` if it is no longer ours or past its deadline."""
+        self._native.renew()
+
+    def checkpoint(self, seq: int) -> None:
+        """Records ``seq`` as processed, under the lease and only forward (:class:`SeqNotIncreasing`)."""
+        self._native.checkpoint(seq)
+
+    def release(self) -> None:
+        """Gives the lease up at once; :class:`LeaseLost` if it was no longer ours (nothing changes then)."""
+        self._native.release()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self._native.release()
+        except LeaseLost:
+            pass  # Someone else holds it now: there is nothing of ours to give back.
+
+
+class AsyncLease(_LeaseView):
+    """A held lease whose methods are coroutines; ``async with lease:`` releases it on exit."""
+
+    __slots__ = ()
+
+    async def renew(self) -> None:
+        """Extends the lease; raises :class:`LeaseLost` if it is no longer ours or past its deadline."""
+        await self._native.renew_async()
+
+    async def checkpoint(self, seq: int) -> None:
+        """Records ``seq`` as processed, under the lease and only forward (:class:`SeqNotIncreasing`)."""
+        await self._native.checkpoint_async(seq)
+
+    async def release(self) -> None:
+        """Gives the lease up at once; :class:`LeaseLost` if it was no longer ours (nothing changes then)."""
+        await self._native.release_async()
+
+    async def __aenter__(self) -> AsyncLease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self._native.release_async()
+        except LeaseLost:
+            pass  # Someone else holds it now: there is nothing of ours to give back.

@@ -1,0 +1,238 @@
+"""The lease table: :class:`LeaseTable` (blocking) and :class:`AsyncLeaseTable` (asyncio).
+
+Both run every DynamoDB request on the Rust core's tokio runtime with the GIL released, so
+threads (blocking API) and coroutines on one event loop (async API) make requests concurrently.
+Region, endpoint and credentials come from the usual AWS environment variables and credential
+chain unless given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Dict, List, Mapping, Optional, Sequence, Type
+
+from . import _native
+from .errors import LeaseLost, LeaseStopped
+from .lease import AsyncLease, Lease, LeaseItem
+
+__all__ = ["AsyncHold", "AsyncLeaseTable", "Hold", "LeaseTable"]
+
+
+class _Table:
+    __slots__ = ("_native",)
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        region: Optional[str] = None,
+        endpoint_url: Optional[str] = None,
+        lease_ms: int = 20_000,
+        renew_ms: int = 5_000,
+        clock_skew_ms: int = 1_000,
+        key_prefix: str = "",
+        index_name: Optional[str] = None,
+        attributes: Optional[Mapping[str, str]] = None,
+        mode: str = "item",
+    ) -> None:
+        """Opens ``table_name`` (no request is made; :meth:`create_table` creates it).
+
+        ``attributes`` renames stored attributes (keys ``id, desired_state, url, owner,
+        expires_at_ms, last_seq, fence, ttl``); the defaults are the AWS reference schema.
+        ``mode`` is ``"item"`` (one lease item per id), the only mode available. Bad settings
+        raise :class:`InvalidInput` naming the field.
+        """
+        self._native = _native.LeaseTable(
+            table_name,
+            region=region,
+            endpoint_url=endpoint_url,
+            lease_ms=lease_ms,
+            renew_ms=renew_ms,
+            clock_skew_ms=clock_skew_ms,
+            key_prefix=key_prefix,
+            index_name=index_name,
+            attributes=dict(attributes) if attributes is not None else None,
+            mode=mode,
+        )
+
+    @property
+    def table_name(self) -> str:
+        return self._native.table_name
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a claim or renewal holds the lease."""
+        return self._native.lease_ms
+
+    @property
+    def renew_ms(self) -> int:
+        """How often a held scope renews."""
+        return self._native.renew_ms
+
+    @property
+    def clock_skew_ms(self) -> int:
+        """The largest wall-clock difference tolerated between workers."""
+        return self._native.clock_skew_ms
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.table_name!r})"
+
+
+class LeaseTable(_Table):
+    """Lease operations on one DynamoDB table, blocking (the GIL is released while waiting)."""
+
+    __slots__ = ()
+
+    def create_table(self) -> None:
+        """Creates the table, its sparse orphan index and TTL; does nothing if it exists."""
+        self._native.create_table()
+
+    def start(self, id: str, url: str) -> LeaseItem:
+        """Marks ``id`` STARTED at ``url`` (``ws://`` or ``wss://``); owner, fence and last_seq stay."""
+        return self._native.start(id, url)
+
+    def stop(self, id: str) -> LeaseItem:
+        """Marks ``id`` STOPPED; its holder is told at its next renewal."""
+        return self._native.stop(id)
+
+    def acquire(self, id: str, owner: str) -> Lease:
+        """Claims ``id`` for ``owner`` (:class:`LeaseHeld` names the holder). Not renewed for you:
+        see :meth:`hold`."""
+        return Lease(self._native.acquire(id, owner))
+
+    def hold(self, id: str, owner: str) -> Hold:
+        """``with table.hold(id, owner) as lease:`` claims, renews in the background on the
+        lease's schedule and releases on exit. At the deadline, on a lost lease or on STOP the
+        lease is cancelled: the next lease call in the block raises :class:`LeaseLost` and
+        ``lease.cancelled`` is true."""
+        return Hold(self, id, owner)
+
+    def get(self, id: str) -> Optional[LeaseItem]:
+        """A strongly consistent read (``None`` without an item)."""
+        return self._native.get(id)
+
+    def orphans(self, limit: Optional[int] = None) -> List[LeaseItem]:
+        """STARTED items nobody holds (claimable now), oldest expiry first, up to ``limit``."""
+        return self._native.orphans(limit)
+
+    def desired_states(self, ids: Sequence[str]) -> Dict[str, Optional[str]]:
+        """The desired state of every id (``None`` without an item or a state)."""
+        return self._native.desired_states(list(ids))
+
+    def owned_by(self, owner: str) -> List[LeaseItem]:
+        """Items whose lease ``owner`` holds now."""
+        return self._native.owned_by(owner)
+
+
+class AsyncLeaseTable(_Table):
+    """Lease operations on one DynamoDB table as coroutines; many may run at once on one loop."""
+
+    __slots__ = ()
+
+    async def create_table(self) -> None:
+        """Creates the table, its sparse orphan index and TTL; does nothing if it exists."""
+        await self._native.create_table_async()
+
+    async def start(self, id: str, url: str) -> LeaseItem:
+        """Marks ``id`` STARTED at ``url``; owner, fence and last_seq stay."""
+        return await self._native.start_async(id, url)
+
+    async def stop(self, id: str) -> LeaseItem:
+        """Marks ``id`` STOPPED; its holder is told at its next renewal."""
+        return await self._native.stop_async(id)
+
+    async def acquire(self, id: str, owner: str) -> AsyncLease:
+        """Claims ``id`` for ``owner`` (:class:`LeaseHeld` names the holder); not renewed for you."""
+        return AsyncLease(await self._native.acquire_async(id, owner))
+
+    def hold(self, id: str, owner: str) -> AsyncHold:
+        """``async with table.hold(id, owner) as lease:`` claims, renews in the background and
+        releases on exit. At the deadline, on a lost lease or on STOP the task running the block
+        is cancelled, and the ``async with`` raises :class:`LeaseLost` (:class:`LeaseStopped` for
+        STOP) in place of the cancellation."""
+        return AsyncHold(self, id, owner)
+
+    async def get(self, id: str) -> Optional[LeaseItem]:
+        """A strongly consistent read (``None`` without an item)."""
+        return await self._native.get_async(id)
+
+    async def orphans(self, limit: Optional[int] = None) -> List[LeaseItem]:
+        """STARTED items nobody holds (claimable now), oldest expiry first, up to ``limit``."""
+        return await self._native.orphans_async(limit)
+
+    async def desired_states(self, ids: Sequence[str]) -> Dict[str, Optional[str]]:
+        """The desired state of every id (``None`` without an item or a state)."""
+        return await self._native.desired_states_async(list(ids))
+
+    async def owned_by(self, owner: str) -> List[LeaseItem]:
+        """Items whose lease ``owner`` holds now."""
+        return await self._native.owned_by_async(owner)
+
+
+class Hold:
+    """The scope of :meth:`LeaseTable.hold`."""
+
+    __slots__ = ("_table", "_id", "_owner", "_lease")
+
+    def __init__(self, table: LeaseTable, id: str, owner: str) -> None:
+        self._table, self._id, self._owner = table, id, owner
+        self._lease: Optional[Lease] = None
+
+    def __enter__(self) -> Lease:
+        self._lease = Lease(self._table._native.hold(self._id, self._owner))
+        return self._lease
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._lease is not None:
+            self._lease.__exit__(exc_type, exc, tb)
+
+
+class AsyncHold:
+    """The scope of :meth:`AsyncLeaseTable.hold`."""
+
+    __slots__ = ("_table", "_id", "_owner", "_lease", "_watch", "_fired", "_exiting", "_task")
+
+    def __init__(self, table: AsyncLeaseTable, id: str, owner: str) -> None:
+        self._table, self._id, self._owner = table, id, owner
+        self._lease: Optional[AsyncLease] = None
+        self._watch: Optional[asyncio.Future[Optional[str]]] = None
+        self._fired: Optional[str] = None
+        self._exiting = False
+        self._task: Optional[asyncio.Task[object]] = None
+
+    async def __aenter__(self) -> AsyncLease:
+        native = await self._table._native.hold_async(self._id, self._owner)
+        self._lease = AsyncLease(native)
+        self._task = asyncio.current_task()
+        self._watch = asyncio.ensure_future(native.wait_cancelled_async())
+        self._watch.add_done_callback(self._on_lease_end)
+        return self._lease
+
+    def _on_lease_end(self, watch: asyncio.Future[Optional[str]]) -> None:
+        if self._exiting or watch.cancelled() or watch.exception() is not None or self._task is None:
+            return
+        self._fired = watch.result() or "Released"
+        self._task.cancel(f"lease on {self._id} ended: {self._fired}")
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._exiting = True
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._lease is not None:
+            await self._lease.__aexit__(exc_type, exc, tb)
+        if self._fired is not None and exc_type is asyncio.CancelledError:
+            if self._task is not None and hasattr(self._task, "uncancel"):
+                self._task.uncancel()
+            error = LeaseStopped if self._fired == "Stopped" else LeaseLost
+            raise error(f"lease on {self._id} ended: {self._fired}") from exc

@@ -1,0 +1,154 @@
+//! `leaselock::lease` for Python: the stored item and the held lease (a core `Hold`, renewed in
+//! the background when it comes from `hold()`).
+
+use std::sync::Arc;
+
+use leaselock::{Hold, LeaseItem, SystemClock};
+use pyo3::prelude::*;
+
+use crate::{awaitable, errors, repr_opt, seconds_left, wait};
+
+/// One stored lease item, as read.
+#[pyclass(module = "leaselock._native", name = "LeaseItem", frozen, get_all, eq)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct PyLeaseItem {
+    pub id: String,
+    pub desired_state: Option<String>,
+    pub url: Option<String>,
+    pub owner: Option<String>,
+    pub expires_at_ms: Option<u64>,
+    pub last_seq: Option<u64>,
+    pub fence: u64,
+    pub ttl: Option<u64>,
+}
+
+impl From<LeaseItem> for PyLeaseItem {
+    fn from(i: LeaseItem) -> Self {
+        Self {
+            id: i.id,
+            desired_state: i.desired_state.map(|s| s.as_str().to_string()),
+            url: i.url,
+            owner: i.owner,
+            expires_at_ms: i.expires_at_ms,
+            last_seq: i.last_seq,
+            fence: i.fence,
+            ttl: i.ttl,
+        }
+    }
+}
+
+#[pymethods]
+impl PyLeaseItem {
+    fn __repr__(&self) -> String {
+        format!(
+            "LeaseItem(id={:?}, desired_state={}, owner={}, fence={}, expires_at_ms={}, last_seq={})",
+            self.id,
+            repr_opt(&self.desired_state),
+            repr_opt(&self.owner),
+            self.fence,
+            repr_opt(&self.expires_at_ms),
+            repr_opt(&self.last_seq)
+        )
+    }
+}
+
+/// A held lease.
+#[pyclass(module = "leaselock._native", name = "Lease", frozen)]
+pub struct PyLease {
+    hold: Arc<Hold>,
+}
+
+impl From<Hold> for PyLease {
+    fn from(hold: Hold) -> Self {
+        Self { hold: Arc::new(hold) }
+    }
+}
+
+/// A sequence number as core takes it; anything else is refused as `seq`.
+pub(crate) fn seq_arg(py: Python<'_>, seq: i128) -> PyResult<u64> {
+    u64::try_from(seq).map_err(|_| errors::invalid(py, "seq", &format!("seq {seq}: must be 0 to 2^64-1")))
+}
+
+#[pymethods]
+impl PyLease {
+    #[getter]
+    fn id(&self) -> String {
+        self.hold.current().id
+    }
+    #[getter]
+    fn owner(&self) -> String {
+        self.hold.current().owner
+    }
+    #[getter]
+    fn fence(&self) -> u64 {
+        self.hold.current().fence
+    }
+    #[getter]
+    fn expires_at_ms(&self) -> u64 {
+        self.hold.current().expires_at_ms
+    }
+    #[getter]
+    fn last_seq(&self) -> Option<u64> {
+        self.hold.current().last_seq
+    }
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.hold.current().url
+    }
+    #[getter]
+    fn desired_state(&self) -> Option<String> {
+        self.hold.current().desired_state.map(|s| s.as_str().to_string())
+    }
+    /// Seconds left before the local deadline (negative once it has passed).
+    #[getter]
+    fn deadline(&self) -> f64 {
+        use leaselock::Clock;
+        seconds_left(self.hold.deadline_mono_ms(), SystemClock.monotonic_ms())
+    }
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.hold.token().is_cancelled()
+    }
+    #[getter]
+    fn cancel_reason(&self) -> Option<&'static str> {
+        self.hold.cancel_reason().map(|r| r.as_str())
+    }
+
+    fn renew(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, self.hold.renew())
+    }
+    fn checkpoint(&self, py: Python<'_>, seq: i128) -> PyResult<()> {
+        let seq = seq_arg(py, seq)?;
+        wait(py, self.hold.checkpoint(seq))
+    }
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, self.hold.release())
+    }
+
+    fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let hold = self.hold.clone();
+        awaitable(py, async move { hold.renew().await })
+    }
+    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: i128) -> PyResult<Bound<'py, PyAny>> {
+        let seq = seq_arg(py, seq)?;
+        let hold = self.hold.clone();
+        awaitable(py, async move { hold.checkpoint(seq).await })
+    }
+    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let hold = self.hold.clone();
+        awaitable(py, async move { hold.release().await })
+    }
+    /// Resolves with the reason once the lease's token fires.
+    fn wait_cancelled_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let hold = self.hold.clone();
+        awaitable(py, async move {
+            hold.cancelled().await;
+            Ok(hold.cancel_reason().map(|r| r.as_str()))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let l = self.hold.current();
+        format!("Lease(id={:?}, owner={:?}, fence={}, last_seq={})", l.id, l.owner, l.fence, repr_opt(&l.last_seq))
+    }
+}

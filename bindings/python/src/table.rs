@@ -1,0 +1,219 @@
+//! `leaselock::dynamo` for Python: the DynamoDB `LeaseTable`, every operation in a blocking form
+//! and an awaitable one (`*_async`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leaselock::lease::claim_cutoff;
+use leaselock::{Attributes, Hold, LeaseStore, LeaseTable, TableConfig};
+use pyo3::prelude::*;
+
+use crate::errors::{invalid, to_py};
+use crate::lease::{PyLease, PyLeaseItem};
+use crate::{awaitable, detached, wait};
+
+/// Lease operations on one DynamoDB table.
+#[pyclass(module = "leaselock._native", name = "LeaseTable", frozen)]
+pub struct PyLeaseTable {
+    pub(crate) table: Arc<LeaseTable>,
+    /// Region, endpoint and credentials, for the worker's hint queue too.
+    pub(crate) sdk: aws_config::SdkConfig,
+}
+
+/// `attributes={"owner": "holder", ...}` over the reference schema's names.
+fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<Attributes> {
+    let mut a = Attributes::default();
+    for (field, name) in given {
+        let slot = match field.as_str() {
+            "id" => &mut a.id,
+            "desired_state" => &mut a.desired_state,
+            "url" => &mut a.url,
+            "owner" => &mut a.owner,
+            "expires_at_ms" => &mut a.expires_at_ms,
+            "last_seq" => &mut a.last_seq,
+            "fence" => &mut a.fence,
+            "ttl" => &mut a.ttl,
+            _ => {
+                return Err(invalid(
+                    py,
+                    &format!("attributes.{field}"),
+                    &format!("attributes.{field}: no such attribute"),
+                ))
+            }
+        };
+        *slot = name;
+    }
+    Ok(a)
+}
+
+/// A refused setting, named by the argument the caller passed.
+fn config_error(py: Python<'_>, e: leaselock::Error) -> PyErr {
+    match e {
+        leaselock::Error::InvalidInput { field, message } => {
+            let field = match field.as_str() {
+                "lease_duration" => "lease_ms",
+                "renew_interval" => "renew_ms",
+                "clock_skew" => "clock_skew_ms",
+                other => other,
+            };
+            invalid(py, field, &format!("invalid {field}: {message}"))
+        }
+        e => to_py(py, e),
+    }
+}
+
+fn ms(py: Python<'_>, field: &str, v: i64) -> PyResult<Duration> {
+    u64::try_from(v)
+        .map(Duration::from_millis)
+        .map_err(|_| invalid(py, field, &format!("{field} {v}: must not be negative")))
+}
+
+impl PyLeaseTable {
+    fn store(&self) -> Arc<dyn LeaseStore> {
+        self.table.clone()
+    }
+}
+
+#[pymethods]
+impl PyLeaseTable {
+    #[new]
+    #[pyo3(signature = (table_name, *, region=None, endpoint_url=None, lease_ms=20_000, renew_ms=5_000,
+        clock_skew_ms=1_000, key_prefix=String::new(), index_name=None, attributes=None, mode="item"))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        table_name: String,
+        region: Option<String>,
+        endpoint_url: Option<String>,
+        lease_ms: i64,
+        renew_ms: i64,
+        clock_skew_ms: i64,
+        key_prefix: String,
+        index_name: Option<String>,
+        attributes: Option<HashMap<String, String>>,
+        mode: &str,
+    ) -> PyResult<Self> {
+        if mode != "item" {
+            return Err(invalid(py, "mode", &format!("mode {mode:?}: only \"item\" is supported")));
+        }
+        let mut config = TableConfig::new(table_name)
+            .lease_duration(ms(py, "lease_ms", lease_ms)?)
+            .renew_interval(ms(py, "renew_ms", renew_ms)?)
+            .clock_skew(ms(py, "clock_skew_ms", clock_skew_ms)?)
+            .key_prefix(key_prefix)
+            .attributes(attributes_arg(py, attributes.unwrap_or_default())?);
+        if let Some(index) = index_name {
+            config = config.index_name(index);
+        }
+        config.validate().map_err(|e| config_error(py, e))?;
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(r) = region {
+            loader = loader.region(aws_config::Region::new(r));
+        }
+        if let Some(e) = endpoint_url {
+            loader = loader.endpoint_url(e);
+        }
+        let sdk = detached(py, loader.load());
+        let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config).map_err(|e| to_py(py, e))?;
+        Ok(Self { table: Arc::new(table), sdk })
+    }
+
+    #[getter]
+    fn table_name(&self) -> String {
+        self.table.config().table_name.clone()
+    }
+    #[getter]
+    fn lease_ms(&self) -> u64 {
+        self.table.config().lease_ms()
+    }
+    #[getter]
+    fn renew_ms(&self) -> u64 {
+        self.table.config().renew_ms()
+    }
+    #[getter]
+    fn clock_skew_ms(&self) -> u64 {
+        self.table.config().skew_ms()
+    }
+    #[getter]
+    fn key_prefix(&self) -> String {
+        self.table.config().key_prefix.clone()
+    }
+
+    fn create_table(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, self.table.create_table())
+    }
+    fn start(&self, py: Python<'_>, id: String, url: String) -> PyResult<PyLeaseItem> {
+        wait(py, self.table.start(&id, &url)).map(Into::into)
+    }
+    fn stop(&self, py: Python<'_>, id: String) -> PyResult<PyLeaseItem> {
+        wait(py, self.table.stop(&id)).map(Into::into)
+    }
+    fn acquire(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
+        wait(py, Hold::acquire(self.store(), &id, &owner, false)).map(Into::into)
+    }
+    fn hold(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
+        wait(py, Hold::acquire(self.store(), &id, &owner, true)).map(Into::into)
+    }
+    fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<PyLeaseItem>> {
+        wait(py, self.table.get(&id)).map(|i| i.map(Into::into))
+    }
+    #[pyo3(signature = (limit=None))]
+    fn orphans(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyLeaseItem>> {
+        let cutoff = claim_cutoff(self.table.clock().now_ms(), self.table.config());
+        wait(py, self.table.orphans(cutoff, limit)).map(|v| v.into_iter().map(Into::into).collect())
+    }
+    fn desired_states(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<HashMap<String, Option<String>>> {
+        wait(py, self.table.batch_desired_states(&ids)).map(states)
+    }
+    fn owned_by(&self, py: Python<'_>, owner: String) -> PyResult<Vec<PyLeaseItem>> {
+        wait(py, self.table.owned_by(&owner)).map(|v| v.into_iter().map(Into::into).collect())
+    }
+
+    fn create_table_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move { t.create_table().await })
+    }
+    fn start_async<'py>(&self, py: Python<'py>, id: String, url: String) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move { t.start(&id, &url).await.map(PyLeaseItem::from) })
+    }
+    fn stop_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move { t.stop(&id).await.map(PyLeaseItem::from) })
+    }
+    fn acquire_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store();
+        awaitable(py, async move { Hold::acquire(store, &id, &owner, false).await.map(PyLease::from) })
+    }
+    fn hold_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store();
+        awaitable(py, async move { Hold::acquire(store, &id, &owner, true).await.map(PyLease::from) })
+    }
+    fn get_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move { t.get(&id).await.map(|i| i.map(PyLeaseItem::from)) })
+    }
+    #[pyo3(signature = (limit=None))]
+    fn orphans_async<'py>(&self, py: Python<'py>, limit: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        let cutoff = claim_cutoff(t.clock().now_ms(), t.config());
+        awaitable(py, async move {
+            t.orphans(cutoff, limit).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect::<Vec<_>>())
+        })
+    }
+    fn desired_states_async<'py>(&self, py: Python<'py>, ids: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move { t.batch_desired_states(&ids).await.map(states) })
+    }
+    fn owned_by_async<'py>(&self, py: Python<'py>, owner: String) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.table.clone();
+        awaitable(py, async move {
+            t.owned_by(&owner).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect::<Vec<_>>())
+        })
+    }
+}
+
+fn states(m: HashMap<String, Option<leaselock::DesiredState>>) -> HashMap<String, Option<String>> {
+    m.into_iter().map(|(id, s)| (id, s.map(|s| s.as_str().to_string()))).collect()
+}

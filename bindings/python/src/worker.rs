@@ -1,0 +1,255 @@
+//! `leaselock::worker` for Python: core's `Worker` runs the leases (claims, renewals, deadlines,
+//! STOP, shutdown); each handler is a Python coroutine it starts on the caller's event loop and
+//! cancels when the lease's token fires.
+//!
+//! The renewals and the deadline are tokio tasks that never take the GIL, so a handler that
+//! blocks the event loop cannot keep a lease: at the deadline the core cancels, waits the
+//! handler grace, drops the handler's future and releases the lease; every lease call the stuck
+//! handler makes afterwards is refused (`LeaseLost`) in Rust. The calls into Python (start,
+//! cancel) run on tokio's blocking pool, so waiting for the GIL stalls no renewal either.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use leaselock::worker::{BoxError, WorkerSnapshot};
+use leaselock::{Clock, Connection, LeaseStore, SystemClock, Worker, WorkerHandle};
+use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyTuple};
+use tokio::sync::oneshot;
+
+use crate::errors::{invalid, to_py};
+use crate::lease::seq_arg;
+use crate::table::PyLeaseTable;
+use crate::{awaitable, fenced, repr_opt, seconds_left};
+
+/// One leased unit of work, handed to the handler.
+#[pyclass(module = "leaselock._native", name = "Connection", frozen)]
+pub struct PyConnection {
+    conn: Connection,
+    client: aws_sdk_dynamodb::Client,
+}
+
+#[pymethods]
+impl PyConnection {
+    #[getter]
+    fn id(&self) -> &str {
+        self.conn.id()
+    }
+    #[getter]
+    fn url(&self) -> Option<&str> {
+        self.conn.url()
+    }
+    #[getter]
+    fn last_seq(&self) -> Option<u64> {
+        self.conn.last_seq()
+    }
+    #[getter]
+    fn fence(&self) -> u64 {
+        self.conn.fence()
+    }
+    /// Seconds left before the local deadline (negative once it has passed).
+    #[getter]
+    fn deadline(&self) -> f64 {
+        seconds_left(self.conn.deadline_mono_ms(), SystemClock.monotonic_ms())
+    }
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.conn.is_cancelled()
+    }
+    #[getter]
+    fn cancel_reason(&self) -> Option<&'static str> {
+        self.conn.cancel_reason().map(|r| r.as_str())
+    }
+
+    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: i128) -> PyResult<Bound<'py, PyAny>> {
+        let seq = seq_arg(py, seq)?;
+        let conn = self.conn.clone();
+        awaitable(py, async move { conn.checkpoint(seq).await })
+    }
+    fn fenced_write_async<'py>(&self, py: Python<'py>, writes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let writes = fenced::writes(py, writes)?;
+        let (conn, client) = (self.conn.clone(), self.client.clone());
+        awaitable(py, async move { conn.fenced_write(&client, writes).await })
+    }
+    fn fenced_write_with_checkpoint_async<'py>(
+        &self,
+        py: Python<'py>,
+        seq: i128,
+        writes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let seq = seq_arg(py, seq)?;
+        let writes = fenced::writes(py, writes)?;
+        let (conn, client) = (self.conn.clone(), self.client.clone());
+        awaitable(py, async move { conn.fenced_write_with_checkpoint(&client, seq, writes).await })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Connection(id={:?}, fence={}, last_seq={})",
+            self.conn.id(),
+            self.conn.fence(),
+            repr_opt(&self.conn.last_seq())
+        )
+    }
+}
+
+/// A point-in-time view of a worker.
+#[pyclass(module = "leaselock._native", name = "WorkerSnapshot", frozen, get_all)]
+pub struct PyWorkerSnapshot {
+    worker_id: String,
+    max_connections: usize,
+    held: Vec<String>,
+    acquired: u64,
+    acquire_conflicts: u64,
+    acquire_errors: u64,
+    leases_lost: u64,
+    released: u64,
+    handler_errors: u64,
+    handler_panics: u64,
+    orphan_polls: u64,
+    hints_received: u64,
+    stopping: bool,
+}
+
+impl From<WorkerSnapshot> for PyWorkerSnapshot {
+    fn from(s: WorkerSnapshot) -> Self {
+        Self {
+            worker_id: s.worker_id,
+            max_connections: s.max_connections,
+            held: s.held,
+            acquired: s.acquired,
+            acquire_conflicts: s.acquire_conflicts,
+            acquire_errors: s.acquire_errors,
+            leases_lost: s.leases_lost,
+            released: s.released,
+            handler_errors: s.handler_errors,
+            handler_panics: s.handler_panics,
+            orphan_polls: s.orphan_polls,
+            hints_received: s.hints_received,
+            stopping: s.stopping,
+        }
+    }
+}
+
+/// The Python side's `start(conn, on_done) -> running` (running has `cancel(reason)`); set
+/// when the worker is served, since the handler is given after the worker is built.
+type Starter = Arc<OnceLock<Py<PyAny>>>;
+
+/// Runs one handler: starts it on the event loop, cancels it when the token fires, and ends
+/// when the Python task has ended (`Err` carries what it raised).
+async fn run_handler(starter: Starter, client: aws_sdk_dynamodb::Client, conn: Connection) -> Result<(), BoxError> {
+    let (done_tx, done_rx) = oneshot::channel::<Option<String>>();
+    let py_conn = PyConnection { conn: conn.clone(), client };
+    let running = tokio::task::spawn_blocking(move || {
+        Python::attach(|py| -> PyResult<Py<PyAny>> {
+            let start = starter.get().ok_or_else(|| invalid(py, "handler", "handler: none registered"))?;
+            let done_tx = Mutex::new(Some(done_tx));
+            let on_done = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kwargs| {
+                let failure: Option<String> = args.get_item(0)?.extract()?;
+                if let Some(tx) = done_tx.lock().expect("on_done poisoned").take() {
+                    let _ = tx.send(failure);
+                }
+                PyResult::Ok(())
+            })?;
+            start.call1(py, (Py::new(py, py_conn)?, on_done))
+        })
+    })
+    .await?
+    .map_err(|e| e.to_string())?;
+    tokio::pin!(done_rx);
+    let ended = tokio::select! {
+        ended = &mut done_rx => ended,
+        () = conn.cancelled() => {
+            let reason = conn.cancel_reason().map(|r| r.as_str()).unwrap_or("Released");
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| running.call_method1(py, "cancel", (reason,)).map(drop))
+            })
+            .await?
+            .map_err(|e| e.to_string())?;
+            // The core aborts this future if the handler outlives the grace period.
+            done_rx.await
+        }
+    };
+    match ended {
+        Ok(None) => Ok(()),
+        Ok(Some(failure)) => Err(failure.into()),
+        Err(_) => Err("the handler's task vanished".into()),
+    }
+}
+
+/// A lease worker driven by core's runtime.
+#[pyclass(module = "leaselock._native", name = "Worker", frozen)]
+pub struct PyWorker {
+    worker: Mutex<Option<Worker>>,
+    handle: WorkerHandle,
+    starter: Starter,
+}
+
+#[pymethods]
+impl PyWorker {
+    #[new]
+    #[pyo3(signature = (table, *, queue_url=None, max_connections=700, worker_id=None, orphan_interval_ms=2_000,
+        desired_state_interval_ms=10_000, metrics_interval_ms=60_000, handler_grace_ms=5_000,
+        hint_wait_ms=5_000, metrics_namespace=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        table: &PyLeaseTable,
+        queue_url: Option<String>,
+        max_connections: usize,
+        worker_id: Option<String>,
+        orphan_interval_ms: u64,
+        desired_state_interval_ms: u64,
+        metrics_interval_ms: u64,
+        handler_grace_ms: u64,
+        hint_wait_ms: u64,
+        metrics_namespace: Option<String>,
+    ) -> PyResult<Self> {
+        let store: Arc<dyn LeaseStore> = table.table.clone();
+        let mut builder = Worker::builder(store)
+            .max_connections(max_connections)
+            .orphan_interval(Duration::from_millis(orphan_interval_ms))
+            .desired_state_interval(Duration::from_millis(desired_state_interval_ms))
+            .metrics_interval(Duration::from_millis(metrics_interval_ms))
+            .handler_grace(Duration::from_millis(handler_grace_ms))
+            .hint_wait(Duration::from_millis(hint_wait_ms));
+        if let Some(id) = worker_id {
+            builder = builder.worker_id(id);
+        }
+        if let Some(ns) = metrics_namespace {
+            builder = builder.metrics_namespace(ns);
+        }
+        if let Some(url) = queue_url {
+            builder = builder.hint_queue(aws_sdk_sqs::Client::new(&table.sdk), url);
+        }
+        let starter: Starter = Arc::default();
+        let client = table.table.client().clone();
+        let s = starter.clone();
+        let worker =
+            builder.build(move |conn| run_handler(s.clone(), client.clone(), conn)).map_err(|e| to_py(py, e))?;
+        Ok(Self { handle: worker.handle(), worker: Mutex::new(Some(worker)), starter })
+    }
+
+    #[getter]
+    fn worker_id(&self) -> &str {
+        self.handle.worker_id()
+    }
+
+    fn snapshot(&self) -> PyWorkerSnapshot {
+        self.handle.snapshot().into()
+    }
+
+    /// Starts the shutdown path: stop claiming, cancel handlers, release every lease.
+    fn shutdown(&self) {
+        self.handle.shutdown();
+    }
+
+    /// Runs the worker until `shutdown()`; resolves with the final snapshot. `start` starts one
+    /// handler on the event loop (see `leaselock.worker`).
+    fn serve_async<'py>(&self, py: Python<'py>, start: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let worker = self.worker.lock().expect("worker poisoned").take();
+        let worker = worker.ok_or_else(|| invalid(py, "worker", "worker: already served"))?;
+        let _ = self.starter.set(start);
+        awaitable(py, async move { Ok(PyWorkerSnapshot::from(worker.run_until(std::future::pending()).await)) })
+    }
+}

@@ -1,0 +1,119 @@
+"""Lease handles and hold scopes: background renewal, and cancellation on loss and STOP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import leaselock
+from conftest import LEASE_MS, RENEW_MS, SKEW_MS, raw_item, steal, wait_for
+
+
+def test_lease_fields_and_deadline(table, ids) -> None:
+    id = ids("fields")
+    table.start(id, "wss://feed.example/f")
+    lease = table.acquire(id, "a")
+    assert (lease.id, lease.owner, lease.fence, lease.url) == (id, "a", 1, "wss://feed.example/f")
+    assert lease.desired_state == "STARTED" and lease.last_seq is None
+    # The deadline is measured from the send, less the skew: never later than lease - skew.
+    assert 0 < lease.deadline <= (LEASE_MS - SKEW_MS) / 1000
+    assert lease.expires_at_ms > time.time() * 1000
+    lease.release()
+
+
+def test_lease_context_manager_releases(table, dynamodb, table_name, ids) -> None:
+    id = ids("ctx")
+    with table.acquire(id, "a") as lease:
+        assert table.get(id).owner == "a"
+    assert raw_item(dynamodb, table_name, id)["lease_expires_at_ms"] == {"N": "0"}
+    assert table.acquire(id, "b").fence == lease.fence + 1
+
+
+def test_sync_hold_renews_in_the_background(table, ids) -> None:
+    id = ids("hold")
+    with table.hold(id, "a") as lease:
+        first = lease.expires_at_ms
+        # Longer than the lease: only background renewals keep it.
+        wait_for(lambda: time.time() * 1000 > first + RENEW_MS, 5, "one renew interval past the claim")
+        time.sleep(LEASE_MS / 1000)
+        assert not lease.cancelled
+        item = table.get(id)
+        assert (item.owner, item.fence) == ("a", 1) and item.expires_at_ms > first
+        lease.checkpoint(1)
+    assert table.get(id).expires_at_ms == 0
+
+
+def test_sync_hold_taken_away_raises_at_the_next_lease_call(table, dynamodb, table_name, ids) -> None:
+    id = ids("hold-lost")
+    with table.hold(id, "a") as lease:
+        steal(dynamodb, table_name, id)
+        started = time.monotonic()
+        wait_for(lambda: lease.cancelled, RENEW_MS / 1000 + 2, "the lost lease to be noticed")
+        assert time.monotonic() - started < (LEASE_MS - SKEW_MS) / 1000
+        assert lease.cancel_reason == "Lost"
+        with pytest.raises(leaselock.LeaseLost):
+            lease.checkpoint(1)
+    assert raw_item(dynamodb, table_name, id)["lease_owner"] == {"S": "thief"}
+
+
+def test_sync_hold_sees_stop(table, ids) -> None:
+    id = ids("hold-stop")
+    table.start(id, "wss://feed.example/s")
+    with table.hold(id, "a") as lease:
+        table.stop(id)
+        wait_for(lambda: lease.cancelled, RENEW_MS / 1000 + 2, "STOP to be seen")
+        assert lease.cancel_reason == "Stopped"
+    assert table.get(id).expires_at_ms == 0
+
+
+def test_async_hold_cancels_the_block_when_the_lease_is_taken(atable, dynamodb, table_name, ids) -> None:
+    id = ids("ahold-lost")
+    reached_end = []
+
+    async def main() -> float:
+        async with atable.hold(id, "a") as lease:
+            await asyncio.to_thread(steal, dynamodb, table_name, id)
+            started = time.monotonic()
+            try:
+                await asyncio.sleep(30)
+            finally:
+                elapsed = time.monotonic() - started
+                assert lease.cancel_reason == "Lost"
+            reached_end.append(True)
+        return elapsed
+
+    with pytest.raises(leaselock.LeaseLost):
+        asyncio.run(main())
+    assert reached_end == []
+
+
+def test_async_hold_renews_and_releases(atable, ids) -> None:
+    id = ids("ahold")
+
+    async def main() -> None:
+        async with atable.hold(id, "a") as lease:
+            first = lease.expires_at_ms
+            await asyncio.sleep(LEASE_MS / 1000 + 0.5)
+            assert not lease.cancelled and lease.expires_at_ms > first
+            await lease.checkpoint(4)
+        item = await atable.get(id)
+        assert (item.expires_at_ms, item.last_seq) == (0, 4)
+
+    asyncio.run(main())
+
+
+def test_async_hold_stop_raises_lease_stopped(atable, ids) -> None:
+    id = ids("ahold-stop")
+
+    async def main() -> None:
+        await atable.start(id, "wss://feed.example/s")
+        async with atable.hold(id, "a"):
+            await atable.stop(id)
+            await asyncio.sleep(30)
+
+    started = time.monotonic()
+    with pytest.raises(leaselock.LeaseStopped):
+        asyncio.run(main())
+    assert time.monotonic() - started < RENEW_MS / 1000 + 3

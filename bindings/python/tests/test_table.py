@@ -1,0 +1,203 @@
+"""LeaseTable and AsyncLeaseTable against the local engine: the lease rules seen from Python."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, List
+
+import pytest
+
+import leaselock
+from conftest import LEASE_MS, SKEW_MS, raw_item, unique, wait_for
+
+CLAIMERS, ROUNDS = 16, 50
+
+
+def test_sixteen_threads_fifty_rounds_one_winner_each(table, ids) -> None:
+    id = ids("contended")
+    barrier = threading.Barrier(CLAIMERS)
+    wins: List[List[Any]] = [[] for _ in range(ROUNDS)]
+    held = [0] * ROUNDS
+    errors: List[BaseException] = []
+
+    def claimer(n: int) -> None:
+        try:
+            for r in range(ROUNDS):
+                barrier.wait()
+                try:
+                    wins[r].append(table.acquire(id, f"c{n}"))
+                except leaselock.LeaseHeld:
+                    held[r] += 1
+                barrier.wait()
+                for lease in wins[r] if n == 0 else []:
+                    lease.release()
+                barrier.wait()
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(CLAIMERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert [len(w) for w in wins] == [1] * ROUNDS
+    assert held == [CLAIMERS - 1] * ROUNDS
+    # Every round's claim bumped the fence once.
+    assert [w[0].fence for w in wins] == list(range(1, ROUNDS + 1))
+
+
+def test_sixteen_coroutines_fifty_rounds_one_winner_each(atable, ids) -> None:
+    id = ids("contended-async")
+
+    async def claim(n: int) -> Any:
+        try:
+            return await atable.acquire(id, f"c{n}")
+        except leaselock.LeaseHeld:
+            return None
+
+    async def main() -> List[int]:
+        fences = []
+        for _ in range(ROUNDS):
+            got = [l for l in await asyncio.gather(*(claim(n) for n in range(CLAIMERS))) if l is not None]
+            assert len(got) == 1, got
+            fences.append(got[0].fence)
+            await got[0].release()
+        return fences
+
+    assert asyncio.run(main()) == list(range(1, ROUNDS + 1))
+
+
+def _expired_takeover(table, id: str, old) -> Any:
+    """Claims `id` as "b" as soon as it may; checks no claim lands before expiry + skew."""
+    def attempt() -> Any:
+        try:
+            return table.acquire(id, "b")
+        except leaselock.LeaseHeld:
+            return None
+
+    new = wait_for(attempt, LEASE_MS / 1000 + 3, "the takeover", every=0.1)
+    assert time.time() * 1000 > old.expires_at_ms + SKEW_MS
+    return new
+
+
+def test_takeover_after_expiry_and_skew_fences_the_old_owner(table, dynamodb, table_name, ids) -> None:
+    id = ids("takeover")
+    old = table.acquire(id, "a")
+    old.checkpoint(7)
+    new = _expired_takeover(table, id, old)
+    assert (new.fence, new.last_seq, new.owner) == (old.fence + 1, 7, "b")
+    before = raw_item(dynamodb, table_name, id)
+    for op in (old.renew, lambda: old.checkpoint(8), old.release):
+        with pytest.raises(leaselock.LeaseLost):
+            op()
+    assert raw_item(dynamodb, table_name, id) == before
+
+
+def test_takeover_async(atable, table, dynamodb, table_name, ids) -> None:
+    id = ids("takeover-async")
+
+    async def main() -> None:
+        old = await atable.acquire(id, "a")
+        await old.checkpoint(3)
+        new = await asyncio.to_thread(_expired_takeover, table, id, old)
+        assert (new.fence, new.last_seq) == (old.fence + 1, 3)
+        before = raw_item(dynamodb, table_name, id)
+        for op in (old.renew, lambda: old.checkpoint(4), old.release):
+            with pytest.raises(leaselock.LeaseLost):
+                await op()
+        assert raw_item(dynamodb, table_name, id) == before
+
+    asyncio.run(main())
+
+
+def test_checkpoint_only_moves_forward(table, atable, ids) -> None:
+    id = ids("seq")
+    lease = table.acquire(id, "a")
+    lease.checkpoint(5)
+    for stale in (5, 3):
+        with pytest.raises(leaselock.SeqNotIncreasing) as e:
+            lease.checkpoint(stale)
+        assert (e.value.last_seq, e.value.seq) == (5, stale)
+    lease.checkpoint(6)
+    assert table.get(id).last_seq == 6 and lease.last_seq == 6
+
+    async def main() -> None:
+        alease = await atable.acquire(ids("seq-async"), "a")
+        await alease.checkpoint(2)
+        with pytest.raises(leaselock.SeqNotIncreasing):
+            await alease.checkpoint(2)
+        await alease.checkpoint(9)
+        assert (await atable.get(alease.id)).last_seq == 9
+
+    asyncio.run(main())
+
+
+def test_orphans_over_many_items(table_name) -> None:
+    name = unique("py-orphans")
+    t = leaselock.LeaseTable(name, lease_ms=LEASE_MS, renew_ms=1_000, clock_skew_ms=SKEW_MS)
+    t.create_table()
+    ids = [f"o{n:03}" for n in range(270)]
+    for id in ids:
+        t.start(id, f"wss://feed.example/{id}")
+    for id in ids[:15]:
+        t.acquire(id, "busy")
+    orphans = t.orphans()
+    assert sorted(o.id for o in orphans) == ids[15:]
+    assert len(orphans) == 255
+    assert all(o.desired_state == "STARTED" for o in orphans)
+    expiries = [o.expires_at_ms or 0 for o in orphans]
+    assert expiries == sorted(expiries)
+    assert len(t.orphans(limit=100)) == 100
+
+    a = leaselock.AsyncLeaseTable(name, lease_ms=LEASE_MS, renew_ms=1_000, clock_skew_ms=SKEW_MS)
+
+    async def main() -> None:
+        assert len(await a.orphans()) == 255
+        assert len(await a.orphans(limit=7)) == 7
+        states = await a.desired_states(ids[:3] + ["never-started"])
+        assert states == {ids[0]: "STARTED", ids[1]: "STARTED", ids[2]: "STARTED", "never-started": None}
+        assert sorted(i.id for i in await a.owned_by("busy")) == ids[:15]
+
+    asyncio.run(main())
+    assert sorted(i.id for i in t.owned_by("busy")) == ids[:15]
+
+
+def _field(call) -> str:
+    with pytest.raises(leaselock.InvalidInput) as e:
+        call()
+    return e.value.field
+
+
+def test_bad_input_names_the_field_and_writes_nothing(table, atable, dynamodb, table_name, ids) -> None:
+    id = ids("bad")
+    assert _field(lambda: table.start("", "wss://feed.example/a")) == "id"
+    assert _field(lambda: table.start(id, "http://feed.example/a")) == "url"
+    assert _field(lambda: table.acquire(id, "")) == "owner"
+    assert _field(lambda: table.acquire("x" * 1025, "a")) == "id"
+    assert _field(lambda: asyncio.run(atable.start(id, "feed"))) == "url"
+    assert _field(lambda: asyncio.run(atable.acquire(id, ""))) == "owner"
+    assert raw_item(dynamodb, table_name, id) == {}
+    lease = table.acquire(id, "a")
+    before = raw_item(dynamodb, table_name, id)
+    assert _field(lambda: lease.checkpoint(-1)) == "seq"
+    assert raw_item(dynamodb, table_name, id) == before
+    lease.release()
+
+
+def test_bad_settings_name_the_argument(table) -> None:
+    new = lambda **kw: leaselock.LeaseTable("leases", **kw)  # noqa: E731
+    assert _field(lambda: new(mode="session")) == "mode"
+    assert _field(lambda: leaselock.AsyncLeaseTable("leases", mode="shard")) == "mode"
+    assert _field(lambda: new(lease_ms=1_000, clock_skew_ms=1_000)) == "lease_ms"
+    assert _field(lambda: new(renew_ms=0)) == "renew_ms"
+    assert _field(lambda: new(clock_skew_ms=0)) == "clock_skew_ms"
+    assert _field(lambda: new(lease_ms=-5)) == "lease_ms"
+    assert _field(lambda: leaselock.LeaseTable("x")) == "table_name"
+    assert _field(lambda: new(attributes={"bogus": "b"})) == "attributes.bogus"
+    assert _field(lambda: new(attributes={"fence": "lease_owner"})) == "attributes.fence"
+    assert _field(lambda: leaselock.Worker(table, max_connections=0)) == "max_connections"
+    assert _field(lambda: leaselock.Worker(table, worker_id="")) == "worker_id"

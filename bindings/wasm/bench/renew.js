@@ -1,0 +1,115 @@
+'use strict';
+// Client CPU per renew: a renewal through leaselock (wasm protocol + the SDK) against the same
+// UpdateItem sent directly with @aws-sdk/client-dynamodb, side by side in one process, against a
+// keep-alive loopback endpoint with a canned answer (canned-dynamodb.js, in a child process so
+// its CPU is not counted). Also the .wasm size and the module's load time in a fresh process.
+// Merges node_cpu_us_per_renew, jssdk_cpu_us_per_renew (and the ratio, the protocol's own CPU
+// with an in-memory client, the size and the load time) into
+// bench/results/latest.json at the repository root.
+const { fork, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+const { DynamoDBClient, UpdateItemCommand } = require('@aws-sdk/client-dynamodb');
+const { LeaseTable } = require('..');
+
+const ROUNDS = Number(process.env.LEASELOCK_BENCH_ROUNDS ?? 11);
+const PER_ROUND = Number(process.env.LEASELOCK_BENCH_RENEWS ?? 500);
+const root = path.resolve(__dirname, '../../..');
+const wasmFile = path.join(__dirname, '../pkg/leaselock_wasm_bg.wasm');
+
+const now = Date.now();
+const answer = JSON.stringify({
+  Attributes: {
+    connection_id: { S: 'bench-1' },
+    lease_owner: { S: 'bench-worker' },
+    lease_expires_at_ms: { N: String(now + 20_000) },
+    fence: { N: '7' },
+    desired_state: { S: 'STARTED' },
+    ws_url: { S: 'ws://127.0.0.1:9100/bench-1' },
+    last_seq: { N: '41' },
+  },
+});
+
+function cpuUs(fn) {
+  return async (n) => {
+    const start = process.cpuUsage();
+    for (let i = 0; i < n; i++) {
+      await fn();
+    }
+    const used = process.cpuUsage(start);
+    return (used.user + used.system) / n;
+  };
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main() {
+  const server = fork(path.join(__dirname, 'canned-dynamodb.js'), [answer], { stdio: 'inherit' });
+  const { port } = await new Promise((resolve) => server.once('message', resolve));
+  try {
+    const client = new DynamoDBClient({
+      endpoint: `http://127.0.0.1:${port}`,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'bench', secretAccessKey: 'bench' },
+    });
+    const table = new LeaseTable({ client, tableName: 'bench' });
+    const lease = await table.acquire('bench-1', { owner: 'bench-worker' });
+    // The exact UpdateItem a renewal sends, taken from the protocol itself.
+    const op = table.rules.renew(JSON.stringify(lease));
+    const step = JSON.parse(op.resume(Date.now(), performance.now(), 0.5));
+    op.free();
+    const input = step.request.UpdateItem;
+    const viaLeaselock = cpuUs(() => lease.renew());
+    const direct = cpuUs(() => client.send(new UpdateItemCommand(input)));
+    await viaLeaselock(1000);
+    await direct(1000);
+    const ours = [];
+    const sdk = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      ours.push(await viaLeaselock(PER_ROUND));
+      sdk.push(await direct(PER_ROUND));
+    }
+    // What leaselock adds with no I/O at all: a client that answers from memory.
+    const canned = JSON.parse(answer);
+    const inMemory = new LeaseTable({ client: { send: async () => canned }, tableName: 'bench' });
+    const memLease = await inMemory.acquire('bench-1', { owner: 'bench-worker' });
+    const overhead = cpuUs(() => memLease.renew());
+    await overhead(2000);
+    const overheads = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      overheads.push(await overhead(PER_ROUND * 4));
+    }
+    const loads = [];
+    for (let i = 0; i < 5; i++) {
+      const script = `const t=performance.now();require(${JSON.stringify(path.join(__dirname, '../pkg/leaselock_wasm.js'))});console.log(performance.now()-t)`;
+      loads.push(Number(execFileSync(process.execPath, ['-e', script]).toString().trim()));
+    }
+    if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk });
+    const results = {
+      node_cpu_us_per_renew: Number(median(ours).toFixed(1)),
+      jssdk_cpu_us_per_renew: Number(median(sdk).toFixed(1)),
+      node_renew_cpu_ratio: Number((median(ours) / median(sdk)).toFixed(3)),
+      node_protocol_cpu_us_per_renew: Number(median(overheads).toFixed(1)),
+      node_wasm_bytes: fs.statSync(wasmFile).size,
+      node_wasm_load_ms: Number(median(loads).toFixed(1)),
+    };
+    const out = path.join(root, 'bench/results/latest.json');
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    const merged = { ...(fs.existsSync(out) ? JSON.parse(fs.readFileSync(out, 'utf8')) : {}), ...results };
+    fs.writeFileSync(out, `${JSON.stringify(merged, null, 2)}\n`);
+    console.log(
+      `node renew: ${results.node_cpu_us_per_renew} us CPU via leaselock, ${results.jssdk_cpu_us_per_renew} us ` +
+        `direct (${results.node_renew_cpu_ratio}x, target <= 1.3x; ${ROUNDS} rounds x ${PER_ROUND}, medians); ` +
+        `protocol alone (in-memory client) ${results.node_protocol_cpu_us_per_renew} us; ` +
+        `wasm ${results.node_wasm_bytes} bytes, loads in ${results.node_wasm_load_ms} ms`,
+    );
+    console.log(`written to ${path.relative(root, out)}`);
+  } finally {
+    server.disconnect();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

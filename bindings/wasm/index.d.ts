@@ -1,0 +1,188 @@
+// Types of the public API. The data shapes shared with the Rust core (LeaseItem, LeaseData,
+// AttributeNames, CancelReason, ErrorKind, DesiredState) come from the wasm module's one
+// typescript_custom_section.
+import type { DynamoDBClient, TransactWriteItem } from '@aws-sdk/client-dynamodb';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type {
+  AttributeNames,
+  CancelReason,
+  DesiredState,
+  ErrorKind,
+  LeaseData,
+  LeaseItem,
+} from './pkg/leaselock_wasm.js';
+
+export type { AttributeNames, CancelReason, DesiredState, ErrorKind, LeaseData, LeaseItem };
+
+export interface Abortable {
+  /** Aborts the operation (it rejects with the signal's reason). */
+  signal?: AbortSignal;
+}
+
+export interface LeaseTableOptions {
+  client: DynamoDBClient;
+  tableName: string;
+  /** How long a claim or renewal holds the lease (default 20000). */
+  leaseMs?: number;
+  /** How often an owner renews (default 5000). */
+  renewMs?: number;
+  /** The largest wall-clock difference tolerated between any two workers (default 1000). */
+  clockSkewMs?: number;
+  /** Prepended to every id written (several applications can share a table). */
+  keyPrefix?: string;
+  /** The orphan index (default `desired_state-lease_expires_at_ms-index`). */
+  indexName?: string;
+  attributeNames?: AttributeNames;
+  /** Only "item" (one lease per item) for now. */
+  mode?: 'item';
+}
+
+export declare class LeaseTable {
+  constructor(options: LeaseTableOptions);
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+  readonly leaseMs: number;
+  readonly renewMs: number;
+  readonly clockSkewMs: number;
+  createTable(options?: Abortable): Promise<void>;
+  start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
+  stop(id: string, options?: Abortable): Promise<LeaseItem>;
+  acquire(id: string, options: { owner: string } & Abortable): Promise<Lease>;
+  acquireStarted(id: string, options: { owner: string } & Abortable): Promise<Lease>;
+  get(id: string, options?: Abortable): Promise<LeaseItem | null>;
+  orphans(options?: { limit?: number; cutoffMs?: number } & Abortable): Promise<LeaseItem[]>;
+  desiredStates(ids: string[], options?: Abortable): Promise<Map<string, DesiredState | null>>;
+  ownedBy(owner: string, options?: Abortable): Promise<LeaseItem[]>;
+  items(options?: Abortable): Promise<LeaseItem[]>;
+  using<T>(
+    id: string,
+    options: { owner: string } & Abortable,
+    routine: (lease: Lease, signal: AbortSignal) => Promise<T>,
+  ): Promise<T>;
+}
+
+export declare class Lease {
+  readonly table: LeaseTable;
+  readonly id: string;
+  readonly owner: string;
+  readonly fence: number;
+  readonly expiresAtMs: number;
+  readonly lastSeq: number | null;
+  readonly url: string | null;
+  readonly desiredState: DesiredState | null;
+  /** When the owner must stop acting for the lease, on the `performance.now()` clock. */
+  readonly deadline: number;
+  renew(options?: Abortable): Promise<this>;
+  checkpoint(seq: number, options?: Abortable): Promise<this>;
+  release(options?: Abortable): Promise<void>;
+  write(items: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<this>;
+  toJSON(): LeaseData;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class Connection {
+  readonly id: string;
+  readonly fence: number;
+  readonly owner: string;
+  readonly url: string | null;
+  readonly lastSeq: number | null;
+  readonly deadline: number;
+  readonly lease: Lease;
+  readonly signal: AbortSignal;
+  checkpoint(seq: number, options?: Abortable): Promise<Lease>;
+  write(items: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<Lease>;
+}
+
+export interface WorkerOptions {
+  table: LeaseTable;
+  handler: (conn: Connection, signal: AbortSignal) => Promise<unknown>;
+  /** START hints (optional: the orphan index finds work without them). */
+  sqs?: SQSClient;
+  queueUrl?: string;
+  /** Most leases held at once (default 700). */
+  maxConnections?: number;
+  /** Owner name written into leases (default host-pid-random). */
+  workerId?: string;
+  orphanIntervalMs?: number;
+  desiredStateIntervalMs?: number;
+  /** How long an aborted handler may take to return before its lease is released (default 5000). */
+  handlerGraceMs?: number;
+  /** The hint queue's long-poll wait (default 5000, at most 20000). */
+  hintWaitMs?: number;
+  logger?: {
+    warn(message: string, fields?: object): void;
+    info?(message: string, fields?: object): void;
+  };
+}
+
+export interface WorkerSnapshot {
+  workerId: string;
+  maxConnections: number;
+  held: string[];
+  acquired: number;
+  acquireConflicts: number;
+  acquireErrors: number;
+  leasesLost: number;
+  released: number;
+  handlerErrors: number;
+  orphanPolls: number;
+  hintsReceived: number;
+  stopping: boolean;
+}
+
+export declare class Worker {
+  constructor(options: WorkerOptions);
+  readonly workerId: string;
+  snapshot(): WorkerSnapshot;
+  shutdown(): void;
+  /** Resolves after a graceful shutdown (SIGTERM, SIGINT, `signal` or `shutdown()`). */
+  run(options?: Abortable): Promise<WorkerSnapshot>;
+}
+
+export declare function defaultWorkerId(): string;
+
+export declare class LeaseLockError extends Error {
+  readonly kind: ErrorKind | 'Shutdown' | 'Released';
+}
+export declare class LeaseHeldError extends LeaseLockError {
+  readonly owner: string;
+  readonly expiresAtMs: number;
+}
+export declare class LeaseLostError extends LeaseLockError {
+  readonly id: string;
+  /** Set on a handler signal's reason: `Lost` or `Deadline`. */
+  readonly reason?: CancelReason;
+}
+export declare class LeaseNotFoundError extends LeaseLockError {
+  readonly id: string;
+}
+export declare class LeaseStoppedError extends LeaseLockError {
+  readonly id: string;
+  readonly reason?: CancelReason;
+}
+export declare class SeqNotIncreasingError extends LeaseLockError {
+  readonly id: string;
+  readonly lastSeq: number;
+  readonly seq: number;
+}
+export declare class ThrottledError extends LeaseLockError {}
+export declare class InvalidInputError extends LeaseLockError {
+  /** The option or argument that was refused (`leaseMs`, `id`, `attributeNames.fence`, ...). */
+  readonly field: string;
+}
+export declare class StoreError extends LeaseLockError {
+  /** The last SDK error, when there was one. */
+  readonly cause?: unknown;
+}
+export declare class TimeoutError extends StoreError {
+  /** True for a write that may have been applied. */
+  readonly outcomeUnknown: boolean;
+}
+export declare class UnreachableError extends StoreError {}
+export declare class AccessDeniedError extends StoreError {}
+export declare class TableNotFoundError extends StoreError {
+  readonly table: string;
+}
+export declare class ShutdownError extends LeaseLockError {
+  readonly reason: 'Shutdown';
+}

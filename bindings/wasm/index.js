@@ -1,0 +1,30 @@
+'use strict';
+// leaselock for Node: exactly-one ownership of long-lived work through DynamoDB leases.
+// The lease protocol and the worker's decisions run in WebAssembly (built from the Rust core);
+// the I/O goes through the DynamoDBClient / SQSClient you pass in.
+
+const errors = require('./lib/errors');
+const { LeaseTable, Lease } = require('./lib/table');
+const { Worker, Connection, defaultWorkerId } = require('./lib/worker');
+
+module.exports = {
+  LeaseTable,
+  Lease,
+  Worker,
+  Connection,
+  defaultWorkerId,
+  LeaseLockError: errors.LeaseLockError,
+  LeaseHeldError: errors.LeaseHeldError,
+  LeaseLostError: errors.LeaseLostError,
+  LeaseNotFoundError: errors.LeaseNotFoundError,
+  LeaseStoppedError: errors.LeaseStoppedError,
+  SeqNotIncreasingError: errors.SeqNotIncreasingError,
+  ThrottledError: errors.ThrottledError,
+  InvalidInputError: errors.InvalidInputError,
+  StoreError: errors.StoreError,
+  TimeoutError: errors.TimeoutError,
+  UnreachableError: errors.UnreachableError,
+  AccessDeniedError: errors.AccessDeniedError,
+  TableNotFoundError: errors.TableNotFoundError,
+  ShutdownError: errors.ShutdownError,
+};

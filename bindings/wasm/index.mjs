@@ -1,0 +1,26 @@
+// The ES module entry: the same classes as the CommonJS one (one copy, so `instanceof` holds
+// across both).
+import leaselock from './index.js';
+
+export const {
+  LeaseTable,
+  Lease,
+  Worker,
+  Connection,
+  defaultWorkerId,
+  LeaseLockError,
+  LeaseHeldError,
+  LeaseLostError,
+  LeaseNotFoundError,
+  LeaseStoppedError,
+  SeqNotIncreasingError,
+  ThrottledError,
+  InvalidInputError,
+  StoreError,
+  TimeoutError,
+  UnreachableError,
+  AccessDeniedError,
+  TableNotFoundError,
+  ShutdownError,
+} = leaselock;
+export default leaselock;

@@ -1,0 +1,113 @@
+'use strict';
+// The only I/O of a lease operation: one request sent with the caller's DynamoDBClient, and
+// what came back, described for the protocol (which decides what it means).
+
+const ddb = require('@aws-sdk/client-dynamodb');
+
+/** The SDK command of each request the protocol sends (its input is the request's JSON). */
+const COMMANDS = {
+  GetItem: ddb.GetItemCommand,
+  UpdateItem: ddb.UpdateItemCommand,
+  Query: ddb.QueryCommand,
+  Scan: ddb.ScanCommand,
+  BatchGetItem: ddb.BatchGetItemCommand,
+  TransactWriteItems: ddb.TransactWriteItemsCommand,
+  CreateTable: ddb.CreateTableCommand,
+  UpdateTable: ddb.UpdateTableCommand,
+  DescribeTable: ddb.DescribeTableCommand,
+  DescribeTimeToLive: ddb.DescribeTimeToLiveCommand,
+  UpdateTimeToLive: ddb.UpdateTimeToLiveCommand,
+};
+
+const ATTEMPT = 'LeaseLockAttempt';
+
+/**
+ * The protocol retries by itself, so the client's retry strategy must not: a blind retry of a
+ * claim that was applied would read as held, of a checkpoint as not increasing. This sits just
+ * inside the client's retry middleware and hands every failure of the one attempt outward in a
+ * wrapper no retry strategy retries (no status, no code, no `cause`).
+ */
+function singleAttempt(next) {
+  return async (args) => {
+    try {
+      return await next(args);
+    } catch (error) {
+      const wrapped = new Error('leaselock: one attempt');
+      wrapped.name = ATTEMPT;
+      wrapped.attemptError = error;
+      throw wrapped;
+    }
+  };
+}
+const SINGLE_ATTEMPT = {
+  name: 'leaselockSingleAttempt',
+  relation: 'after',
+  toMiddleware: 'retryMiddleware',
+  override: true,
+};
+
+/**
+ * An SDK answer as JSON text: binary values (Uint8Array, which would print as `{"0":..}`) as
+ * base64, as in the DynamoDB JSON API. The replacer costs a call per value, so it is only used
+ * when a `B` or `BS` value is there (an attribute merely named `B` just takes the slow path).
+ */
+function outputJson(output) {
+  const text = JSON.stringify(output);
+  return BINARY.test(text) ? JSON.stringify(output, binaryAsBase64) : text;
+}
+const BINARY = /"BS?":\[?\{/;
+
+function binaryAsBase64(_key, value) {
+  return value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value;
+}
+
+/**
+ * Sends one request. Resolves `{ output }` (JSON text) or `{ failure }` (what the failure was:
+ * name, message, HTTP status, Node error code, the old item of a failed condition, a cancelled
+ * transaction's reasons, whether the attempt ran out of time). Rejects only with the caller's
+ * abort reason.
+ */
+async function send(client, operation, input, timeoutMs, signal, appendItems) {
+  const Command = COMMANDS[operation];
+  if (appendItems !== undefined) {
+    input.TransactItems.push(...appendItems);
+  }
+  const command = new Command(input);
+  command.middlewareStack.addRelativeTo(singleAttempt, SINGLE_ATTEMPT);
+  const attempt = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    attempt.abort();
+  }, timeoutMs);
+  const onAbort = () => attempt.abort(signal.reason);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    const output = await client.send(command, { abortSignal: attempt.signal });
+    return { output: outputJson(output), raw: output };
+  } catch (thrown) {
+    if (signal?.aborted) {
+      throw signal.reason;
+    }
+    const error = thrown?.name === ATTEMPT ? thrown.attemptError : thrown;
+    return { failure: JSON.stringify(describe(error, timedOut), binaryAsBase64), error };
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/** The facts of a failed request the protocol classifies (see `answerForFailure` in Rust). */
+function describe(error, timedOut) {
+  return {
+    name: String(error?.name ?? 'Error'),
+    message: String(error?.message ?? error),
+    status: error?.$metadata?.httpStatusCode ?? null,
+    code: typeof error?.code === 'string' ? error.code : null,
+    item: error?.Item ?? null,
+    reasons: error?.CancellationReasons ?? null,
+    timedOut,
+  };
+}
+
+module.exports = { send, outputJson, COMMANDS };

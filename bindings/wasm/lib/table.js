@@ -1,0 +1,326 @@
+'use strict';
+// LeaseTable and Lease: each method converts its arguments, builds the protocol operation in
+// wasm and drives it with the caller's DynamoDBClient.
+
+const wasm = require('../pkg/leaselock_wasm.js');
+const { drive } = require('./drive');
+const { LeaseLostError, fromWasm, invalid } = require('./errors');
+const { Keeper } = require('./keeper');
+
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
+
+/** Calls into wasm; an error it throws (JSON text) becomes its `Error` subclass. */
+function call(fn) {
+  try {
+    return fn();
+  } catch (thrown) {
+    throw fromWasm(thrown);
+  }
+}
+
+function text(field, value) {
+  if (typeof value !== 'string') {
+    throw invalid(field, `must be a string, got ${value === null ? 'null' : typeof value}`);
+  }
+  return value;
+}
+
+function json(field, value) {
+  try {
+    return JSON.stringify(value);
+  } catch (e) {
+    throw invalid(field, e.message);
+  }
+}
+
+function count(field, value) {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw invalid(field, `must be a whole number >= 0, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Lease operations on one DynamoDB table, through the caller's `DynamoDBClient`. */
+class LeaseTable {
+  #rules;
+
+  /**
+   * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
+   *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("item").
+   */
+  constructor(options) {
+    const { client, ...rest } = options ?? {};
+    if (typeof client?.send !== 'function') {
+      throw invalid('client', 'a DynamoDBClient from @aws-sdk/client-dynamodb is required');
+    }
+    this.client = client;
+    this.#rules = call(() => new wasm.Table(json('options', rest)));
+  }
+
+  get tableName() {
+    return this.#rules.tableName;
+  }
+
+  get leaseMs() {
+    return this.#rules.leaseMs;
+  }
+
+  get renewMs() {
+    return this.#rules.renewMs;
+  }
+
+  get clockSkewMs() {
+    return this.#rules.clockSkewMs;
+  }
+
+  /** The decisions that depend on this table's settings (the worker and the keeper use them). */
+  get rules() {
+    return this.#rules;
+  }
+
+  async #run(makeOp, signal, appendItems) {
+    signal?.throwIfAborted();
+    return drive(call(makeOp), this.client, signal, appendItems);
+  }
+
+  /** Creates the table, its indexes and TTL when missing, and waits until they are active. */
+  async createTable({ signal } = {}) {
+    await this.#run(() => this.#rules.createTable(), signal);
+  }
+
+  /** Marks `id` STARTED with its `url` (idempotent; an owner keeps its lease). Resolves the item. */
+  async start(id, url, { signal } = {}) {
+    return this.#run(() => this.#rules.start(text('id', id), text('url', url)), signal);
+  }
+
+  /** Marks `id` STOPPED; rejects with LeaseNotFoundError when it has no item. */
+  async stop(id, { signal } = {}) {
+    return this.#run(() => this.#rules.stop(text('id', id), Date.now()), signal);
+  }
+
+  /**
+   * Claims the lease on `id` for `owner` if nobody holds it (the item is created when missing);
+   * LeaseHeldError names the holder, LeaseStoppedError refuses stopped work.
+   */
+  async acquire(id, { owner, signal } = {}) {
+    const data = await this.#run(() => this.#rules.acquire(text('id', id), text('owner', owner)), signal);
+    return new Lease(this, data);
+  }
+
+  /** The fleet's claim: only an existing item whose desired state is STARTED. */
+  async acquireStarted(id, { owner, signal } = {}) {
+    const data = await this.#run(() => this.#rules.acquireStarted(text('id', id), text('owner', owner)), signal);
+    return new Lease(this, data);
+  }
+
+  /** A strongly consistent read; `null` when `id` has no item. */
+  async get(id, { signal } = {}) {
+    return this.#run(() => this.#rules.get(text('id', id)), signal);
+  }
+
+  /**
+   * STARTED items nobody holds (expiry older than now minus the clock skew, or `cutoffMs`),
+   * oldest first, read `pageSize` (default 1000) at a time, at most `limit`.
+   */
+  async orphans({ limit, cutoffMs, pageSize = 1000, signal } = {}) {
+    const max = limit === undefined ? -1 : count('limit', limit);
+    const cutoff = cutoffMs === undefined ? -1 : count('cutoffMs', cutoffMs);
+    const size = count('pageSize', pageSize);
+    return this.#run(() => this.#rules.orphans(cutoff, max, size), signal);
+  }
+
+  /** Internal: one page of orphans below `cutoffMs` (the worker's poll). */
+  async _orphansPage(cutoffMs, pageSize, signal) {
+    return this.#run(() => this.#rules.orphansPage(cutoffMs, pageSize), signal);
+  }
+
+  /** The desired state of every id: a Map from id to "STARTED", "STOPPED" or null. */
+  async desiredStates(ids, { signal } = {}) {
+    if (!Array.isArray(ids)) {
+      throw invalid('ids', 'must be an array of strings');
+    }
+    ids.forEach((id) => text('id', id));
+    const states = await this.#run(() => this.#rules.desiredStates(json('ids', ids)), signal);
+    return new Map(Object.entries(states));
+  }
+
+  /** The items whose lease `owner` holds now. */
+  async ownedBy(owner, { signal } = {}) {
+    return this.#run(() => this.#rules.ownedBy(text('owner', owner)), signal);
+  }
+
+  /** Every item under the key prefix. */
+  async items({ signal } = {}) {
+    return this.#run(() => this.#rules.items(), signal);
+  }
+
+  /**
+   * Claims `id`, runs `routine(lease, signal)`, renews in the background on the protocol's
+   * schedule, aborts `signal` (its reason says why) at the deadline, on a lost lease or on STOP,
+   * releases when the routine settles, and resolves with the routine's result.
+   */
+  async using(id, options, routine) {
+    if (typeof options === 'function') {
+      [options, routine] = [{}, options];
+    }
+    if (typeof routine !== 'function') {
+      throw invalid('routine', 'must be a function (lease, signal) => Promise');
+    }
+    const { owner, signal } = options ?? {};
+    const lease = await this.acquire(id, { owner, signal });
+    const keeper = new Keeper(lease, signal);
+    let result;
+    try {
+      result = await routine(lease, keeper.signal);
+    } finally {
+      await keeper.stop();
+      if (wasm.shouldRelease(keeper.reason)) {
+        await lease.release().catch((e) => {
+          if (!(e instanceof LeaseLostError)) {
+            throw e;
+          }
+        });
+      }
+    }
+    return result;
+  }
+
+  /** Internal: the operations on a held lease, given its data. */
+  async _renew(data, signal) {
+    return this.#run(() => this.#rules.renew(JSON.stringify(data)), signal);
+  }
+
+  async _checkpoint(data, seq, signal) {
+    return this.#run(() => this.#rules.checkpoint(JSON.stringify(data), count('seq', seq)), signal);
+  }
+
+  async _release(data, signal) {
+    return this.#run(() => this.#rules.release(JSON.stringify(data)), signal);
+  }
+
+  async _write(data, items, seq, signal) {
+    if (!Array.isArray(items)) {
+      throw invalid('items', 'must be an array of TransactWriteItems entries');
+    }
+    const token = crypto.randomUUID();
+    const checkpoint = seq === undefined ? -1 : count('checkpoint', seq);
+    const op = () => this.#rules.fencedWrite(JSON.stringify(data), Date.now(), checkpoint, items.length, token);
+    return this.#run(op, signal, items);
+  }
+}
+
+/**
+ * A held lease. `deadline` is when the owner must stop acting for it, on the `performance.now()`
+ * clock, whatever DynamoDB says. Operations on one lease run one at a time.
+ */
+class Lease {
+  #table;
+  #data;
+  #queue = Promise.resolve();
+  #released = false;
+
+  constructor(table, data) {
+    this.#table = table;
+    this.#data = data;
+  }
+
+  get table() {
+    return this.#table;
+  }
+
+  get id() {
+    return this.#data.id;
+  }
+
+  get owner() {
+    return this.#data.owner;
+  }
+
+  get fence() {
+    return this.#data.fence;
+  }
+
+  get expiresAtMs() {
+    return this.#data.expiresAtMs;
+  }
+
+  get lastSeq() {
+    return this.#data.lastSeq;
+  }
+
+  get url() {
+    return this.#data.url;
+  }
+
+  get desiredState() {
+    return this.#data.desiredState;
+  }
+
+  get deadline() {
+    return this.#data.deadline;
+  }
+
+  /** The lease's data as plain JSON (what the protocol works on). */
+  toJSON() {
+    return { ...this.#data };
+  }
+
+  #serial(fn) {
+    const run = this.#queue.then(fn);
+    this.#queue = run.catch(() => {});
+    return run;
+  }
+
+  /** Extends the lease; LeaseLostError when it is no longer ours or the deadline has passed. */
+  renew({ signal } = {}) {
+    return this.#serial(async () => {
+      this.#data = await this.#table._renew(this.#data, signal);
+      return this;
+    });
+  }
+
+  /** Records the last processed sequence number; it only moves forward. */
+  checkpoint(seq, { signal } = {}) {
+    return this.#serial(async () => {
+      this.#data = await this.#table._checkpoint(this.#data, seq, signal);
+      return this;
+    });
+  }
+
+  /** Gives the lease up at once (expiry 0); LeaseLostError when it was no longer ours. */
+  release({ signal } = {}) {
+    return this.#serial(async () => {
+      await this.#table._release(this.#data, signal);
+      this.#released = true;
+    });
+  }
+
+  /**
+   * Applies `items` (TransactWriteItems entries: `{ Put }`, `{ Update }`, `{ Delete }`,
+   * `{ ConditionCheck }`, at most 99) atomically with a check that the lease is still ours;
+   * with `checkpoint`, also moves `lastSeq` to it in the same transaction.
+   */
+  write(items, { checkpoint, signal } = {}) {
+    return this.#serial(async () => {
+      await this.#table._write(this.#data, items, checkpoint, signal);
+      if (checkpoint !== undefined) {
+        this.#data = { ...this.#data, lastSeq: checkpoint };
+      }
+      return this;
+    });
+  }
+
+  /** `await using lease = ...` releases it (a lease already lost or released is left alone). */
+  async [asyncDispose]() {
+    if (this.#released) {
+      return;
+    }
+    await this.release().catch((e) => {
+      if (!(e instanceof LeaseLostError)) {
+        throw e;
+      }
+    });
+  }
+}
+
+module.exports = { LeaseTable, Lease };

@@ -1,0 +1,524 @@
+'use strict';
+// The Node worker: holds up to `maxConnections` leases and runs one handler per held lease.
+// Per lease: a Keeper (renewals, deadline) and the handler. Worker-wide: the orphan loop (the
+// sparse index), the SQS hint loop, the batched desired-state loop, and the shutdown path
+// (stop claiming, abort every handler, release every lease in parallel, hint released work).
+// Every schedule and verdict comes from core's worker decisions, through wasm.
+
+const os = require('node:os');
+const wasm = require('../pkg/leaselock_wasm.js');
+const { clock, sleep } = require('./drive');
+const { LeaseLockError, LeaseLostError, fromWasm, invalid } = require('./errors');
+const { Keeper } = require('./keeper');
+
+/** Claims in flight at once from one orphan poll. */
+const CLAIM_CONCURRENCY = 16;
+/** How long after its wait a hint long poll may still take to be answered. */
+const POLL_ANSWER_MARGIN_MS = 5_000;
+/** How long a hand-over hint may take. */
+const HAND_OVER_TIMEOUT_MS = 2_000;
+
+const CLAIMING = Symbol('claiming');
+
+function errorJson(e) {
+  const kind = e instanceof LeaseLockError ? e.kind : 'Store';
+  return JSON.stringify({ kind, message: String(e?.message ?? e), id: e?.id });
+}
+
+/** A promise that the next `notify()` resolves (shared by every wait until then). */
+class Notify {
+  #promise;
+  #resolve;
+  wait() {
+    this.#promise ??= new Promise((resolve) => {
+      this.#resolve = resolve;
+    });
+    return this.#promise;
+  }
+  notify() {
+    this.#resolve?.();
+    this.#promise = undefined;
+    this.#resolve = undefined;
+  }
+}
+
+const NEVER = new Promise(() => {});
+
+/** What a handler is given for one held lease. */
+class Connection {
+  #lease;
+  #signal;
+
+  constructor(lease, signal) {
+    this.#lease = lease;
+    this.#signal = signal;
+  }
+
+  get id() {
+    return this.#lease.id;
+  }
+
+  get fence() {
+    return this.#lease.fence;
+  }
+
+  get owner() {
+    return this.#lease.owner;
+  }
+
+  get url() {
+    return this.#lease.url;
+  }
+
+  get lastSeq() {
+    return this.#lease.lastSeq;
+  }
+
+  get deadline() {
+    return this.#lease.deadline;
+  }
+
+  get lease() {
+    return this.#lease;
+  }
+
+  /** Aborts at the deadline, on STOP, on a lost lease and on shutdown; `reason` says which. */
+  get signal() {
+    return this.#signal;
+  }
+
+  /** Records the last processed sequence number under the lease. */
+  checkpoint(seq, options) {
+    return this.#lease.checkpoint(seq, options);
+  }
+
+  /** A fenced write (see `Lease.write`): `items` apply only while the lease is ours. */
+  write(items, options) {
+    return this.#lease.write(items, options);
+  }
+}
+
+class Worker {
+  #table;
+  #sqs;
+  #queueUrl;
+  #handler;
+  #settings;
+  #logger;
+  /** id -> CLAIMING or the held lease's { lease, keeper }. */
+  #tracked = new Map();
+  #tasks = new Set();
+  #stopping = false;
+  #shutdown = new AbortController();
+  #shuttingDown = new Promise((resolve) => this.#shutdown.signal.addEventListener('abort', resolve, { once: true }));
+  #wakeOrphans = new Notify();
+  #roomFreed = new Notify();
+  #counters = {
+    acquired: 0,
+    acquireConflicts: 0,
+    acquireErrors: 0,
+    leasesLost: 0,
+    released: 0,
+    handlerErrors: 0,
+    orphanPolls: 0,
+    hintsReceived: 0,
+  };
+
+  /**
+   * @param {object} options `table` (a LeaseTable), `handler(conn, signal)` (async), and
+   *   optionally `sqs` + `queueUrl` (START hints), `maxConnections`, `workerId`,
+   *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`, `logger`.
+   */
+  constructor(options) {
+    const { table, sqs, handler, logger, ...rest } = options ?? {};
+    if (typeof table?.acquireStarted !== 'function') {
+      throw invalid('table', 'a LeaseTable is required');
+    }
+    if (typeof handler !== 'function') {
+      throw invalid('handler', 'must be an async function (conn, signal)');
+    }
+    if (sqs !== undefined && typeof sqs?.send !== 'function') {
+      throw invalid('sqs', 'must be an SQSClient from @aws-sdk/client-sqs');
+    }
+    const workerId = rest.workerId ?? defaultWorkerId();
+    try {
+      this.#settings = JSON.parse(wasm.workerSettings(JSON.stringify({ ...rest, workerId, hints: sqs !== undefined })));
+    } catch (thrown) {
+      throw fromWasm(thrown);
+    }
+    this.#table = table;
+    this.#sqs = sqs;
+    this.#queueUrl = rest.queueUrl;
+    this.#handler = handler;
+    this.#logger = logger ?? stderrLogger;
+  }
+
+  get workerId() {
+    return this.#settings.workerId;
+  }
+
+  /** Counters since start and the ids held now (sorted). */
+  snapshot() {
+    const held = [...this.#tracked].filter(([, t]) => t !== CLAIMING).map(([id]) => id);
+    return {
+      workerId: this.workerId,
+      maxConnections: this.#settings.maxConnections,
+      held: held.sort(),
+      ...this.#counters,
+      stopping: this.#shutdown.signal.aborted,
+    };
+  }
+
+  /** Starts the graceful shutdown that `run()` completes. */
+  shutdown() {
+    this.#shutdown.abort();
+  }
+
+  /**
+   * Runs until SIGTERM, SIGINT, `signal` or `shutdown()`; then stops claiming, aborts every
+   * handler, waits for them (at most `handlerGraceMs` each), releases every lease in parallel,
+   * hints the released work, and resolves with the final snapshot.
+   */
+  async run({ signal } = {}) {
+    const stop = () => this.shutdown();
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+    signal?.addEventListener('abort', stop, { once: true });
+    try {
+      this.#logger.info?.('worker started', { workerId: this.workerId, maxConnections: this.#settings.maxConnections });
+      const loops = [this.#orphanLoop(), this.#desiredStateLoop()];
+      if (this.#sqs !== undefined) {
+        loops.push(this.#hintLoop());
+      }
+      await this.#shuttingDown;
+      this.#stopAll();
+      // Claims in flight still land (and are cancelled at once); then every lease task waits
+      // for its handler and releases its lease, all at the same time.
+      await Promise.allSettled(loops);
+      while (this.#tasks.size > 0) {
+        await Promise.allSettled([...this.#tasks]);
+      }
+      const snapshot = this.snapshot();
+      this.#logger.info?.('worker stopped', { workerId: this.workerId, released: snapshot.released });
+      return snapshot;
+    } finally {
+      process.removeListener('SIGTERM', stop);
+      process.removeListener('SIGINT', stop);
+      signal?.removeEventListener('abort', stop);
+    }
+  }
+
+  #capacity() {
+    return wasm.capacityLeft(this.#settings.maxConnections, this.#tracked.size);
+  }
+
+  #stopAll() {
+    this.#stopping = true;
+    for (const tracked of this.#tracked.values()) {
+      if (tracked !== CLAIMING) {
+        tracked.keeper.cancel('Shutdown');
+      }
+    }
+    this.#wakeOrphans.notify();
+    this.#roomFreed.notify();
+  }
+
+  /** Tries to claim `id`: needs capacity, must not be ours already, and the table decides. */
+  async #claim(id, source) {
+    if (this.#capacity() === 0) {
+      return 'NoCapacity';
+    }
+    if (this.#stopping) {
+      return 'Stopping';
+    }
+    if (this.#tracked.has(id)) {
+      return 'AlreadyOurs';
+    }
+    this.#tracked.set(id, CLAIMING);
+    let lease;
+    try {
+      lease = await this.#table.acquireStarted(id, { owner: this.workerId });
+    } catch (e) {
+      this.#forget(id, CLAIMING);
+      if (wasm.claimFailure(errorJson(e)) === 'Conflict') {
+        this.#counters.acquireConflicts += 1;
+        return 'Conflict';
+      }
+      this.#counters.acquireErrors += 1;
+      this.#logger.warn('claim failed', { connectionId: id, source, error: String(e?.message ?? e) });
+      return 'Failed';
+    }
+    if (!wasm.isFleetWork(JSON.stringify(lease))) {
+      this.#forget(id, CLAIMING);
+      await lease.release().catch(() => {});
+      this.#counters.acquireConflicts += 1;
+      return 'Conflict';
+    }
+    this.#supervise(lease);
+    if (this.#stopping) {
+      this.#tracked.get(id).keeper.cancel('Shutdown');
+    }
+    this.#counters.acquired += 1;
+    this.#logger.info?.('claimed', { connectionId: id, fence: lease.fence, source });
+    return 'Claimed';
+  }
+
+  #forget(id, entry) {
+    if (this.#tracked.get(id) === entry) {
+      this.#tracked.delete(id);
+      this.#roomFreed.notify();
+    }
+  }
+
+  /** One held lease: the keeper and the handler; gives the lease back once the handler ends. */
+  #supervise(lease) {
+    const keeper = new Keeper(lease);
+    const held = { lease, keeper };
+    this.#tracked.set(lease.id, held);
+    const task = this.#runLease(held).finally(() => this.#tasks.delete(task));
+    this.#tasks.add(task);
+  }
+
+  async #runLease(held) {
+    const { lease, keeper } = held;
+    const id = lease.id;
+    const conn = new Connection(lease, keeper.signal);
+    const end = await this.#waitForHandler(conn, keeper.signal);
+    if (end.error !== undefined) {
+      this.#counters.handlerErrors += 1;
+      this.#logger.warn('handler failed', { connectionId: id, error: String(end.error?.message ?? end.error) });
+    } else if (end.abandoned) {
+      this.#logger.warn('handler ignored its signal; releasing without it', { connectionId: id });
+    }
+    await keeper.stop();
+    const reason = keeper.reason;
+    if (wasm.countsAsLost(reason)) {
+      this.#counters.leasesLost += 1;
+      this.#logger.warn('lease lost', { connectionId: id, reason });
+    }
+    if (wasm.shouldRelease(reason)) {
+      try {
+        await lease.release();
+        this.#counters.released += 1;
+        if (reason === 'Shutdown' && this.#sqs !== undefined && wasm.isFleetWork(JSON.stringify(lease))) {
+          await this.#handOver(id);
+        }
+      } catch (e) {
+        if (!(e instanceof LeaseLostError)) {
+          this.#logger.warn('release failed; the lease will expire', { connectionId: id, error: String(e?.message) });
+        }
+      }
+    }
+    // Anything the handler left running with the connection stops now.
+    keeper.cancel('Released');
+    this.#forget(id, held);
+  }
+
+  /** Resolves when the handler settles, or `handlerGraceMs` after its signal aborted. */
+  #waitForHandler(conn, signal) {
+    return new Promise((resolve) => {
+      let grace;
+      const onAbort = () => {
+        grace = setTimeout(() => resolve({ abandoned: true }), this.#settings.handlerGraceMs);
+      };
+      const settle = (end) => {
+        clearTimeout(grace);
+        signal.removeEventListener('abort', onAbort);
+        resolve(end);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      Promise.resolve()
+        .then(() => this.#handler(conn, signal))
+        .then(
+          () => settle({}),
+          (error) => settle(signal.aborted && error === signal.reason ? {} : { error }),
+        );
+    });
+  }
+
+  async #orphanLoop() {
+    let failures = 0;
+    while (!this.#stopping) {
+      let wakeInMs;
+      try {
+        wakeInMs = await this.#pollOrphans();
+        failures = 0;
+      } catch (e) {
+        failures += 1;
+        this.#logger.warn('orphan query failed', { error: String(e?.message ?? e) });
+        wakeInMs = wasm.orphanRetryMs(failures, this.#settings.orphanIntervalMs, Math.random());
+      }
+      await this.#pause(wakeInMs, this.#wakeOrphans.wait());
+    }
+  }
+
+  /** Waits `ms`, or until `early` resolves or shutdown. */
+  async #pause(ms, early) {
+    const wake = new AbortController();
+    await Promise.race([sleep(ms, wake.signal).catch(() => {}), early, this.#shuttingDown]);
+    wake.abort();
+  }
+
+  /** One poll: query orphans (and leases about to expire), claim what fits, say when to poll next. */
+  async #pollOrphans() {
+    const rules = this.#table.rules;
+    const intervalMs = this.#settings.orphanIntervalMs;
+    const capacity = this.#capacity();
+    if (capacity === 0) {
+      return wasm.jitteredMs(intervalMs, Math.random());
+    }
+    const cutoff = rules.orphanQueryCutoff(clock.now(), intervalMs);
+    const page = await this.#table._orphansPage(cutoff, capacity);
+    this.#counters.orphanPolls += 1;
+    const poll = {
+      items: page.items,
+      pageWasFull: page.next !== null,
+      nowMs: clock.now(),
+      capacity,
+      intervalMs,
+      random: Math.random(),
+      ours: [...this.#tracked.keys()],
+    };
+    const plan = JSON.parse(rules.planOrphans(JSON.stringify(poll)));
+    const queue = [...plan.claim];
+    const claimNext = async () => {
+      while (queue.length > 0) {
+        await this.#claim(queue.shift(), 'orphan');
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(CLAIM_CONCURRENCY, queue.length) }, claimNext));
+    return plan.wakeInMs;
+  }
+
+  /** Every interval, one batched read of the desired state of every held lease; STOPPED aborts. */
+  async #desiredStateLoop() {
+    const intervalMs = this.#settings.desiredStateIntervalMs;
+    // A random phase spreads a fleet's reads; after it the period is exact.
+    let next = clock.mono() + wasm.desiredStatePhaseMs(intervalMs, Math.random());
+    while (!this.#stopping) {
+      await this.#pause(Math.max(0, next - clock.mono()), NEVER);
+      if (this.#stopping) {
+        return;
+      }
+      next = Math.max(next + intervalMs, clock.mono());
+      const held = new Map([...this.#tracked].filter(([, t]) => t !== CLAIMING));
+      if (held.size === 0) {
+        continue;
+      }
+      try {
+        const states = await this.#table.desiredStates([...held.keys()]);
+        for (const id of wasm.stoppedIds(JSON.stringify(Object.fromEntries(states)))) {
+          held.get(id)?.keeper.cancel('Stopped');
+        }
+      } catch (e) {
+        this.#logger.warn('desired-state check failed', { held: held.size, error: String(e?.message ?? e) });
+      }
+    }
+  }
+
+  async #hintLoop() {
+    const { ReceiveMessageCommand } = require('@aws-sdk/client-sqs');
+    const waitMs = this.#settings.hintWaitMs;
+    let failures = 0;
+    while (!this.#stopping) {
+      // Only take hints while there is room: a full worker leaves them to the others.
+      if (this.#capacity() === 0) {
+        await this.#pause(waitMs, this.#roomFreed.wait());
+        continue;
+      }
+      // A long poll is not abandoned at shutdown: SQS may still hand messages to a poll whose
+      // client has gone, and they would stay invisible for the visibility timeout. It runs out
+      // (at most `hintWaitMs`) and what it brings is given back at once.
+      let messages;
+      try {
+        const receive = new ReceiveMessageCommand({
+          QueueUrl: this.#queueUrl,
+          MaxNumberOfMessages: wasm.hintBatchSize(this.#capacity()),
+          WaitTimeSeconds: Math.round(waitMs / 1000),
+        });
+        const out = await this.#sqs.send(receive, { abortSignal: AbortSignal.timeout(waitMs + POLL_ANSWER_MARGIN_MS) });
+        failures = 0;
+        messages = out.Messages ?? [];
+      } catch (e) {
+        failures += 1;
+        const delay = wasm.hintRetryMs(failures, Math.random());
+        this.#logger.warn('hint receive failed', { error: String(e?.message ?? e), retryInMs: delay });
+        await this.#pause(delay, NEVER);
+        continue;
+      }
+      if (messages.length === 0) {
+        continue;
+      }
+      this.#counters.hintsReceived += messages.length;
+      // Hints come in tens: one index query finds all the work they point at.
+      this.#wakeOrphans.notify();
+      const outcomes = await Promise.all(
+        messages.map(async (m) => {
+          let id;
+          try {
+            id = wasm.hintConnectionId(m.Body ?? '');
+          } catch (thrown) {
+            this.#logger.warn('unreadable hint dropped', { messageId: m.MessageId, error: fromWasm(thrown).message });
+            return [m, 'Failed'];
+          }
+          return [m, await this.#claim(id, 'hint')];
+        }),
+      );
+      await this.#settle(outcomes);
+    }
+  }
+
+  /** Deletes every handled hint; one this worker had no room for is made visible again at once. */
+  async #settle(outcomes) {
+    const { DeleteMessageBatchCommand, ChangeMessageVisibilityBatchCommand } = require('@aws-sdk/client-sqs');
+    const remove = [];
+    const giveBack = [];
+    outcomes.forEach(([m, outcome], i) => {
+      if (m.ReceiptHandle === undefined) {
+        return;
+      }
+      if (outcome === 'NoCapacity' || outcome === 'Stopping') {
+        giveBack.push({ Id: String(i), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0 });
+      } else {
+        remove.push({ Id: String(i), ReceiptHandle: m.ReceiptHandle });
+      }
+    });
+    try {
+      if (remove.length > 0) {
+        await this.#sqs.send(new DeleteMessageBatchCommand({ QueueUrl: this.#queueUrl, Entries: remove }));
+      }
+      if (giveBack.length > 0) {
+        await this.#sqs.send(new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#queueUrl, Entries: giveBack }));
+      }
+    } catch (e) {
+      this.#logger.warn('hint settle failed', { error: String(e?.message ?? e) });
+    }
+  }
+
+  /** Hints work released on shutdown, so another worker claims it at once. Best effort. */
+  async #handOver(id) {
+    const { SendMessageCommand } = require('@aws-sdk/client-sqs');
+    try {
+      const message = new SendMessageCommand({ QueueUrl: this.#queueUrl, MessageBody: wasm.hintBody(id) });
+      await this.#sqs.send(message, { abortSignal: AbortSignal.timeout(HAND_OVER_TIMEOUT_MS) });
+    } catch (e) {
+      this.#logger.warn('hand-over hint failed', { connectionId: id, error: String(e?.message ?? e) });
+    }
+  }
+}
+
+/** host-pid-random: unique per process, and readable in the table. */
+function defaultWorkerId() {
+  const suffix = Math.floor(Math.random() * 0x1000000)
+    .toString(16)
+    .padStart(6, '0');
+  return `${os.hostname() || 'worker'}-${process.pid}-${suffix}`;
+}
+
+const stderrLogger = {
+  warn(message, fields) {
+    process.stderr.write(`${JSON.stringify({ level: 'WARN', message, ...fields })}\n`);
+  },
+};
+
+module.exports = { Worker, Connection, defaultWorkerId };

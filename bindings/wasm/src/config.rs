@@ -1,0 +1,189 @@
+//! `new LeaseTable({...})`'s options to a validated [`TableConfig`]. The option names are the
+//! JavaScript ones; an error names the option the caller wrote, not the Rust field.
+
+use std::time::Duration;
+
+use leaselock::{Attributes, Error, Result, TableConfig};
+use serde_json::{Map, Value};
+
+/// The lease modes a table may use. Session mode is not available from Node yet.
+const MODES: &[&str] = &["item"];
+
+/// The options of `new LeaseTable(...)` other than `client`.
+const OPTIONS: &[&str] = &[
+    "tableName",
+    "leaseMs",
+    "renewMs",
+    "clockSkewMs",
+    "keyPrefix",
+    "indexName",
+    "ownerIndexName",
+    "operationBudgetMs",
+    "operationAttemptTimeoutMs",
+    "attributeNames",
+    "mode",
+];
+
+/// `attributeNames`' keys: any subset; the rest keep the reference schema's names.
+const ATTRIBUTE_NAMES: &[&str] = &["id", "desiredState", "url", "owner", "expiresAtMs", "lastSeq", "fence", "ttl"];
+
+/// Parses and validates the options (a JSON object), naming the offending option on error.
+pub fn table_config(options_json: &str) -> Result<TableConfig> {
+    let options = object("options", serde_json::from_str(options_json).map_err(|e| invalid("options", e))?)?;
+    known_keys(&options, "", OPTIONS)?;
+    if let Some(mode) = string(&options, "mode")?.filter(|m| !MODES.contains(&m.as_str())) {
+        return Err(invalid("mode", format!("{mode:?} is not supported here (supported: \"item\")")));
+    }
+    let table_name = string(&options, "tableName")?.ok_or_else(|| invalid("tableName", "required"))?;
+    let mut config = TableConfig::new(table_name);
+    if let Some(ms) = millis(&options, "leaseMs")? {
+        config = config.lease_duration(ms);
+    }
+    if let Some(ms) = millis(&options, "renewMs")? {
+        config = config.renew_interval(ms);
+    }
+    if let Some(ms) = millis(&options, "clockSkewMs")? {
+        config = config.clock_skew(ms);
+    }
+    if let Some(prefix) = string(&options, "keyPrefix")? {
+        config = config.key_prefix(prefix);
+    }
+    if let Some(index) = string(&options, "indexName")? {
+        config = config.index_name(index);
+    }
+    if let Some(index) = string(&options, "ownerIndexName")? {
+        config = config.owner_index_name(index);
+    }
+    if let Some(ms) = millis(&options, "operationBudgetMs")? {
+        config = config.operation_budget(ms);
+    }
+    if let Some(ms) = millis(&options, "operationAttemptTimeoutMs")? {
+        config = config.operation_attempt_timeout(ms);
+    }
+    if let Some(names) = options.get("attributeNames").filter(|v| !v.is_null()) {
+        let names = object("attributeNames", names.clone())?;
+        known_keys(&names, "attributeNames.", ATTRIBUTE_NAMES)?;
+        let name = |key: &str, default: String| -> Result<String> {
+            Ok(string(&names, key)
+                .map_err(|_| invalid(&format!("attributeNames.{key}"), "must be a string"))?
+                .unwrap_or(default))
+        };
+        let d = Attributes::default();
+        config = config.attributes(Attributes {
+            id: name("id", d.id)?,
+            desired_state: name("desiredState", d.desired_state)?,
+            url: name("url", d.url)?,
+            owner: name("owner", d.owner)?,
+            expires_at_ms: name("expiresAtMs", d.expires_at_ms)?,
+            last_seq: name("lastSeq", d.last_seq)?,
+            fence: name("fence", d.fence)?,
+            ttl: name("ttl", d.ttl)?,
+            session_epoch: d.session_epoch,
+        });
+    }
+    config.validated()
+}
+
+fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
+    Error::invalid(field, msg)
+}
+
+fn object(field: &str, value: Value) -> Result<Map<String, Value>> {
+    match value {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(Map::new()),
+        _ => Err(invalid(field, "must be an object")),
+    }
+}
+
+fn known_keys(map: &Map<String, Value>, prefix: &str, known: &[&str]) -> Result<()> {
+    match map.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(invalid(&format!("{prefix}{k}"), format!("unknown option (known: {})", known.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+/// An optional string option (`undefined` and `null` mean "not given").
+fn string(map: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(invalid(key, "must be a string")),
+    }
+}
+
+/// An optional duration in whole milliseconds.
+fn millis(map: &Map<String, Value>, key: &str) -> Result<Option<Duration>> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .ok_or_else(|| invalid(key, format!("{v} is not a whole number of milliseconds"))),
+    }
+}
+
+/// The JavaScript name of a Rust config field, as the caller wrote it.
+pub fn js_field(rust: &str) -> String {
+    let known = [
+        ("table_name", "tableName"),
+        ("index_name", "indexName"),
+        ("owner_index_name", "ownerIndexName"),
+        ("operation_budget", "operationBudgetMs"),
+        ("operation_attempt_timeout", "operationAttemptTimeoutMs"),
+        ("key_prefix", "keyPrefix"),
+        ("lease_duration", "leaseMs"),
+        ("renew_interval", "renewMs"),
+        ("clock_skew", "clockSkewMs"),
+    ];
+    if let Some((_, js)) = known.iter().find(|(r, _)| *r == rust) {
+        return js.to_string();
+    }
+    match rust.strip_prefix("attributes.") {
+        Some(attr) => format!("attributeNames.{}", camel(attr)),
+        None => camel(rust),
+    }
+}
+
+fn camel(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = table_config(r#"{"tableName":"leases","leaseMs":3000,"renewMs":500,"clockSkewMs":200}"#).unwrap();
+        assert_eq!((c.lease_ms(), c.renew_ms(), c.skew_ms()), (3000, 500, 200));
+        assert_eq!(c.attributes, Attributes::default());
+        let c = table_config(r#"{"tableName":"leases","attributeNames":{"lastSeq":"seq"},"keyPrefix":"a/"}"#).unwrap();
+        assert_eq!((c.attributes.last_seq.as_str(), c.key("x").as_str()), ("seq", "a/x"));
+    }
+
+    #[test]
+    fn js_names_in_errors() {
+        assert_eq!(js_field("lease_duration"), "leaseMs");
+        assert_eq!(js_field("attributes.expires_at_ms"), "attributeNames.expiresAtMs");
+        assert_eq!(js_field("id"), "id");
+        assert!(table_config(r#"{"tableName":"leases","mode":"session"}"#).unwrap_err().to_string().contains("mode"));
+        assert!(table_config(r#"{"tableName":"leases","leseMs":1}"#).unwrap_err().to_string().contains("leseMs"));
+        assert!(table_config(r#"{"tableName":"leases","leaseMs":"1"}"#).unwrap_err().to_string().contains("leaseMs"));
+        let bad_attr = r#"{"tableName":"leases","attributeNames":{"fence":7}}"#;
+        assert!(table_config(bad_attr).unwrap_err().to_string().contains("attributeNames.fence"));
+        assert!(table_config(r#"{"leaseMs":1}"#).unwrap_err().to_string().contains("tableName"));
+    }
+}

@@ -1,0 +1,352 @@
+//! leaselock for Node: the lease protocol and the worker's decisions compiled to WebAssembly.
+//!
+//! Nothing here does I/O. JavaScript (`bindings/wasm/lib/`) sends the requests an operation asks
+//! for with the user's `DynamoDBClient`, feeds the answers back with its clocks and a random
+//! draw, and waits where the decisions say. Values cross as JSON text: requests are already the
+//! DynamoDB API's JSON, which is what the AWS SDK for JavaScript v3 takes.
+//!
+//! Errors cross as JSON too (`{ kind, message, ...fields }`), thrown as a string by the few
+//! functions that throw; `lib/errors.js` makes the `Error` subclasses from it, in one place.
+
+mod config;
+mod error;
+mod lease;
+mod protocol;
+mod worker;
+
+use leaselock::protocol::{
+    Acquire, BatchDesiredStates, Checkpoint, CreateTable, FencedWrite, Get, Items, OrphansPage, OwnedBy, Release,
+    Renew, Start, Stop,
+};
+use leaselock::worker::decide;
+use leaselock::{Error, Lease, TableConfig};
+use wasm_bindgen::prelude::*;
+
+use crate::lease::JsLease;
+use crate::protocol::{Op, Orphans};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TYPES: &'static str = r#"
+/** What the fleet should be doing with a unit of work. */
+export type DesiredState = "STARTED" | "STOPPED";
+
+/** A stored lease item (ids without the key prefix). */
+export interface LeaseItem {
+  id: string;
+  desiredState: DesiredState | null;
+  url: string | null;
+  owner: string | null;
+  /** Absolute expiry, epoch ms; 0 = released; null = never claimed. */
+  expiresAtMs: number | null;
+  lastSeq: number | null;
+  /** Claims so far; 0 when never claimed. */
+  fence: number;
+  ttl: number | null;
+}
+
+/** A held lease's data. `deadline` is on the `performance.now()` clock. */
+export interface LeaseData {
+  id: string;
+  owner: string;
+  fence: number;
+  expiresAtMs: number;
+  lastSeq: number | null;
+  url: string | null;
+  desiredState: DesiredState | null;
+  deadline: number;
+}
+
+/** Attribute names of a lease item; the defaults are the AWS reference worker's schema. */
+export interface AttributeNames {
+  id?: string;
+  desiredState?: string;
+  url?: string;
+  owner?: string;
+  expiresAtMs?: string;
+  lastSeq?: string;
+  fence?: string;
+  ttl?: string;
+}
+
+/** Why a handler's signal aborted. */
+export type CancelReason = "Deadline" | "Lost" | "Stopped" | "Shutdown" | "Released";
+
+/** The kinds of error a lease operation ends with (`error.kind`). */
+export type ErrorKind =
+  | "Held" | "Lost" | "NotFound" | "Stopped" | "SeqNotIncreasing" | "Throttled" | "InvalidInput"
+  | "Timeout" | "Unreachable" | "AccessDenied" | "TableNotFound" | "Store";
+"#;
+
+/// Throws `e` as its JSON text (see the module docs).
+fn throw(e: &Error) -> JsValue {
+    JsValue::from_str(&error::to_json(e).to_string())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, JsValue> {
+    serde_json::from_str(json).map_err(|e| throw(&Error::invalid(what, e)))
+}
+
+fn text(v: impl serde::Serialize) -> String {
+    serde_json::to_string(&v).expect("plain data serializes")
+}
+
+/// A table's validated configuration, and the decisions that depend on it.
+#[wasm_bindgen]
+pub struct Table {
+    config: TableConfig,
+}
+
+#[wasm_bindgen]
+impl Table {
+    /// Validates `new LeaseTable(...)`'s options (JSON, without `client`).
+    #[wasm_bindgen(constructor)]
+    pub fn new(options_json: &str) -> Result<Table, JsValue> {
+        config::table_config(options_json).map(|config| Table { config }).map_err(|e| throw(&e))
+    }
+
+    #[wasm_bindgen(getter, js_name = tableName)]
+    pub fn table_name(&self) -> String {
+        self.config.table_name.clone()
+    }
+
+    #[wasm_bindgen(getter, js_name = leaseMs)]
+    pub fn lease_ms(&self) -> f64 {
+        self.config.lease_ms() as f64
+    }
+
+    #[wasm_bindgen(getter, js_name = renewMs)]
+    pub fn renew_ms(&self) -> f64 {
+        self.config.renew_ms() as f64
+    }
+
+    #[wasm_bindgen(getter, js_name = clockSkewMs)]
+    pub fn clock_skew_ms(&self) -> f64 {
+        self.config.skew_ms() as f64
+    }
+
+    /// The cutoff of the worker's orphan query at wall time `now_ms`.
+    #[wasm_bindgen(js_name = orphanQueryCutoff)]
+    pub fn orphan_query_cutoff(&self, now_ms: f64, interval_ms: f64) -> f64 {
+        decide::orphan_query_cutoff(now_ms as u64, &self.config, interval_ms as u64) as f64
+    }
+
+    /// One orphan poll decided: `{ claim: [ids], wakeInMs }`.
+    #[wasm_bindgen(js_name = planOrphans)]
+    pub fn plan_orphans(&self, poll_json: &str) -> Result<String, JsValue> {
+        Ok(text(worker::plan_orphans(parse("poll", poll_json)?, &self.config)))
+    }
+
+    /// What to do after a successful renewal of `lease_json`: `{ step, at }`.
+    #[wasm_bindgen(js_name = afterRenewal)]
+    pub fn after_renewal(&self, lease_json: &str) -> Result<String, JsValue> {
+        Ok(text(worker::after_renewal(parse("lease", lease_json)?, &self.config)))
+    }
+
+    /// What to do after a renewal failed with `error_json` on try `attempt` (0-based).
+    #[wasm_bindgen(js_name = afterRenewalError)]
+    pub fn after_renewal_error(
+        &self,
+        error_json: &str,
+        attempt: u32,
+        now_mono_ms: f64,
+        deadline_mono_ms: f64,
+        random: f64,
+    ) -> Result<String, JsValue> {
+        let err = error::from_json(&parse("error", error_json)?);
+        let step = worker::after_renewal_error(
+            &err,
+            attempt,
+            now_mono_ms as u64,
+            deadline_mono_ms as u64,
+            &self.config,
+            random,
+        );
+        Ok(text(step))
+    }
+
+    /// When `lease_json`'s next renewal is due, on the monotonic clock.
+    #[wasm_bindgen(js_name = nextRenewAt)]
+    pub fn next_renew_at(&self, lease_json: &str) -> Result<f64, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(lease.next_renew_mono_ms(&self.config) as f64)
+    }
+}
+
+/// The lease operations: each returns an [`Op`] for `lib/drive.js` to step, or throws bad input.
+#[wasm_bindgen]
+impl Table {
+    #[wasm_bindgen(js_name = createTable)]
+    pub fn create_table(&self) -> Op {
+        Op::new(CreateTable::new(&self.config))
+    }
+
+    pub fn start(&self, id: &str, url: &str) -> Result<Op, JsValue> {
+        Start::new(&self.config, id, url).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn stop(&self, id: &str, now_ms: f64) -> Result<Op, JsValue> {
+        Stop::new(&self.config, id, now_ms as u64).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn acquire(&self, id: &str, owner: &str) -> Result<Op, JsValue> {
+        Acquire::new(&self.config, id, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    #[wasm_bindgen(js_name = acquireStarted)]
+    pub fn acquire_started(&self, id: &str, owner: &str) -> Result<Op, JsValue> {
+        Acquire::started(&self.config, id, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn renew(&self, lease_json: &str) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Renew::new(&self.config, &lease)))
+    }
+
+    pub fn release(&self, lease_json: &str) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Release::new(&self.config, &lease)))
+    }
+
+    pub fn checkpoint(&self, lease_json: &str, seq: f64) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        Ok(Op::new(Checkpoint::new(&self.config, &lease, seq as u64)))
+    }
+
+    /// A fenced write of `writes` caller's actions (appended by the driver), with the lease's
+    /// checkpoint to `checkpoint` when it is not negative.
+    #[wasm_bindgen(js_name = fencedWrite)]
+    pub fn fenced_write(
+        &self,
+        lease_json: &str,
+        now_ms: f64,
+        checkpoint: f64,
+        writes: u32,
+        token: &str,
+    ) -> Result<Op, JsValue> {
+        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
+        let (now, writes) = (now_ms as u64, writes as usize);
+        let op = if checkpoint < 0.0 {
+            FencedWrite::new(&self.config, &lease, now, writes, token)
+        } else {
+            FencedWrite::with_checkpoint(&self.config, &lease, now, checkpoint as u64, writes, token)
+        };
+        op.map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn get(&self, id: &str) -> Result<Op, JsValue> {
+        Get::new(&self.config, id).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    /// Orphans below `cutoff_ms` (claimable now when negative), at most `limit` (none when
+    /// negative), read `page_size` at a time.
+    pub fn orphans(&self, cutoff_ms: f64, limit: f64, page_size: f64) -> Op {
+        let cutoff = (cutoff_ms >= 0.0).then_some(cutoff_ms as u64);
+        let limit = (limit >= 0.0).then_some(limit as usize);
+        Op::new(Orphans::new(&self.config, cutoff, limit, page_size as usize))
+    }
+
+    /// One page of orphans below `cutoff_ms` (the worker's poll).
+    #[wasm_bindgen(js_name = orphansPage)]
+    pub fn orphans_page(&self, cutoff_ms: f64, page_size: f64) -> Op {
+        Op::new(OrphansPage::new(&self.config, cutoff_ms as u64, page_size as usize, None))
+    }
+
+    #[wasm_bindgen(js_name = desiredStates)]
+    pub fn desired_states(&self, ids_json: &str) -> Result<Op, JsValue> {
+        let ids: Vec<String> = parse("ids", ids_json)?;
+        BatchDesiredStates::new(&self.config, &ids).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    #[wasm_bindgen(js_name = ownedBy)]
+    pub fn owned_by(&self, owner: &str) -> Result<Op, JsValue> {
+        OwnedBy::new(&self.config, owner).map(Op::new).map_err(|e| throw(&e))
+    }
+
+    pub fn items(&self) -> Op {
+        Op::new(Items::new(&self.config))
+    }
+}
+
+/// `interval_ms` moved by up to ±20 % (`random` in `[0, 1)`), so a fleet does not poll in step.
+#[wasm_bindgen(js_name = jitteredMs)]
+pub fn jittered_ms(interval_ms: f64, random: f64) -> f64 {
+    decide::jittered_ms(interval_ms as u64, random) as f64
+}
+
+/// Whether the lease is given up once the handler has ended, given why it was cancelled.
+#[wasm_bindgen(js_name = shouldRelease)]
+pub fn should_release(reason: Option<String>) -> bool {
+    decide::should_release(worker::reason(reason.as_deref()))
+}
+
+/// Whether the end of a lease counts as a lost lease.
+#[wasm_bindgen(js_name = countsAsLost)]
+pub fn counts_as_lost(reason: Option<String>) -> bool {
+    decide::counts_as_lost(worker::reason(reason.as_deref()))
+}
+
+/// `"Conflict"` (held or stopped: the normal outcome of a race) or `"Error"`.
+#[wasm_bindgen(js_name = claimFailure)]
+pub fn claim_failure(error_json: &str) -> Result<String, JsValue> {
+    Ok(worker::claim_failure(&error::from_json(&parse("error", error_json)?)).to_string())
+}
+
+/// Whether a claimed lease is running fleet work (only that gets a handler).
+#[wasm_bindgen(js_name = isFleetWork)]
+pub fn is_fleet_work(lease_json: &str) -> Result<bool, JsValue> {
+    Ok(decide::is_fleet_work(&Lease::from(parse::<JsLease>("lease", lease_json)?)))
+}
+
+/// The ids of `{ id: state }` that are STOPPED, sorted.
+#[wasm_bindgen(js_name = stoppedIds)]
+pub fn stopped_ids(states_json: &str) -> Result<Vec<String>, JsValue> {
+    Ok(worker::stopped_ids(parse("states", states_json)?))
+}
+
+/// How many hints to ask SQS for with `capacity` leases free.
+#[wasm_bindgen(js_name = hintBatchSize)]
+pub fn hint_batch_size(capacity: u32) -> i32 {
+    decide::hint_batch_size(capacity as usize)
+}
+
+/// Leases still free under `max_connections`.
+#[wasm_bindgen(js_name = capacityLeft)]
+pub fn capacity_left(max_connections: u32, held: u32) -> u32 {
+    decide::capacity_left(max_connections as usize, held as usize) as u32
+}
+
+/// Validates `new Worker(...)`'s options and fills in the defaults (JSON in, JSON out).
+#[wasm_bindgen(js_name = workerSettings)]
+pub fn worker_settings(options_json: &str) -> Result<String, JsValue> {
+    worker::settings(options_json).map(text).map_err(|e| throw(&e))
+}
+
+/// When to query the orphan index again after `failures` failed polls in a row.
+#[wasm_bindgen(js_name = orphanRetryMs)]
+pub fn orphan_retry_ms(failures: u32, interval_ms: f64, random: f64) -> f64 {
+    worker::orphan_retry_ms(failures, interval_ms as u64, random) as f64
+}
+
+/// When to poll the hint queue again after `failures` failed receives in a row.
+#[wasm_bindgen(js_name = hintRetryMs)]
+pub fn hint_retry_ms(failures: u32, random: f64) -> f64 {
+    worker::hint_retry_ms(failures, random) as f64
+}
+
+/// The random phase of the desired-state loop.
+#[wasm_bindgen(js_name = desiredStatePhaseMs)]
+pub fn desired_state_phase_ms(interval_ms: f64, random: f64) -> f64 {
+    worker::desired_state_phase_ms(interval_ms as u64, random) as f64
+}
+
+/// The work id a hint message's body names; throws (InvalidInput) for an unreadable body.
+#[wasm_bindgen(js_name = hintConnectionId)]
+pub fn hint_connection_id(body: &str) -> Result<String, JsValue> {
+    leaselock::Hint::from_json(body).map(|h| h.connection_id).map_err(|e| throw(&e))
+}
+
+/// The body of a hint message for `id`.
+#[wasm_bindgen(js_name = hintBody)]
+pub fn hint_body(id: &str) -> String {
+    leaselock::Hint::new(id).to_json()
+}

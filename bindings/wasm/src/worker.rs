@@ -1,0 +1,230 @@
+//! The worker's decisions (`leaselock::worker::decide`) for the JavaScript `Worker`: when to
+//! renew, what a renewal failure means, which orphans to claim and when to poll again, what to
+//! release. The JavaScript side only waits and sends.
+
+use std::collections::HashMap;
+
+use leaselock::worker::decide::{self, CancelReason, ClaimFailure, OrphanPoll, RenewStep};
+use leaselock::{DesiredState, Error, Lease, LeaseItem, TableConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::lease::{JsItem, JsLease};
+
+/// The design's defaults, as the tokio worker has them (`leaselock::worker`, which needs the
+/// native runtime, so the values are repeated here for the Node worker).
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 700;
+pub const DEFAULT_ORPHAN_INTERVAL_MS: u64 = 2_000;
+pub const DEFAULT_DESIRED_STATE_INTERVAL_MS: u64 = 10_000;
+pub const DEFAULT_HANDLER_GRACE_MS: u64 = 5_000;
+pub const DEFAULT_HINT_WAIT_MS: u64 = 5_000;
+pub const MAX_HINT_WAIT_MS: u64 = 20_000;
+
+/// `new Worker(...)`'s settings, with the defaults filled in.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    pub worker_id: String,
+    pub max_connections: u64,
+    pub orphan_interval_ms: u64,
+    pub desired_state_interval_ms: u64,
+    pub handler_grace_ms: u64,
+    pub hint_wait_ms: u64,
+}
+
+const SETTINGS: &[&str] = &[
+    "workerId",
+    "queueUrl",
+    "maxConnections",
+    "orphanIntervalMs",
+    "desiredStateIntervalMs",
+    "handlerGraceMs",
+    "hintWaitMs",
+    "hints",
+];
+
+fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
+    Error::invalid(field, msg)
+}
+
+/// Validates the worker's options (JSON, without `table`, `sqs` and `handler`; `hints` says
+/// whether an SQS client was given), naming the offending option.
+pub fn settings(json: &str) -> leaselock::Result<Settings> {
+    let v: Value = serde_json::from_str(json).map_err(|e| invalid("options", e))?;
+    let map = v.as_object().ok_or_else(|| invalid("options", "must be an object"))?;
+    if let Some(k) = map.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
+        return Err(invalid(k, format!("unknown option (known: {})", SETTINGS[..7].join(", "))));
+    }
+    let ms = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
+        match map.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .filter(|n| *n >= min)
+                .ok_or_else(|| invalid(key, format!("{v} is not a whole number of at least {min}"))),
+        }
+    };
+    let worker_id =
+        map.get("workerId").and_then(Value::as_str).ok_or_else(|| invalid("workerId", "must be a string"))?;
+    leaselock::config::validate_id("workerId", worker_id)?;
+    let hints = map.get("hints").and_then(Value::as_bool).unwrap_or(false);
+    match map.get("queueUrl") {
+        None | Some(Value::Null) if hints => return Err(invalid("queueUrl", "required with sqs")),
+        Some(Value::String(url)) if url.is_empty() => return Err(invalid("queueUrl", "must not be empty")),
+        Some(Value::String(_)) if !hints => return Err(invalid("sqs", "an SQSClient is required with queueUrl")),
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(_) => return Err(invalid("queueUrl", "must be a string")),
+    }
+    let settings = Settings {
+        worker_id: worker_id.to_string(),
+        max_connections: ms("maxConnections", DEFAULT_MAX_CONNECTIONS, 1)?,
+        orphan_interval_ms: ms("orphanIntervalMs", DEFAULT_ORPHAN_INTERVAL_MS, 1)?,
+        desired_state_interval_ms: ms("desiredStateIntervalMs", DEFAULT_DESIRED_STATE_INTERVAL_MS, 1)?,
+        handler_grace_ms: ms("handlerGraceMs", DEFAULT_HANDLER_GRACE_MS, 0)?,
+        hint_wait_ms: ms("hintWaitMs", DEFAULT_HINT_WAIT_MS, 0)?,
+    };
+    if settings.hint_wait_ms > MAX_HINT_WAIT_MS {
+        return Err(invalid("hintWaitMs", format!("at most {MAX_HINT_WAIT_MS}")));
+    }
+    Ok(settings)
+}
+
+/// When to query the orphan index again after `failures` failed polls in a row (the tokio
+/// worker's orphan loop waits the same).
+pub fn orphan_retry_ms(failures: u32, interval_ms: u64, random: f64) -> u64 {
+    interval_ms + leaselock::lease::backoff_ms(failures, interval_ms / 4, 4 * interval_ms, random)
+}
+
+/// When to poll the hint queue again after `failures` failed receives in a row.
+pub fn hint_retry_ms(failures: u32, random: f64) -> u64 {
+    leaselock::lease::backoff_ms(failures, 200, 10_000, random)
+}
+
+/// The random phase of the desired-state loop: spreads a fleet's reads over one interval.
+pub fn desired_state_phase_ms(interval_ms: u64, random: f64) -> u64 {
+    (interval_ms as f64 * random.clamp(0.0, 1.0)) as u64
+}
+
+/// One orphan poll's inputs, as JavaScript gives them.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsOrphanPoll {
+    pub items: Vec<JsItem>,
+    pub page_was_full: bool,
+    pub now_ms: u64,
+    pub capacity: usize,
+    pub interval_ms: u64,
+    pub random: f64,
+    /// Ids this worker holds already.
+    pub ours: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsOrphanPlan {
+    pub claim: Vec<String>,
+    pub wake_in_ms: u64,
+}
+
+pub fn plan_orphans(poll: JsOrphanPoll, config: &TableConfig) -> JsOrphanPlan {
+    let items: Vec<LeaseItem> = poll.items.into_iter().map(LeaseItem::from).collect();
+    let ours: std::collections::HashSet<&str> = poll.ours.iter().map(String::as_str).collect();
+    let plan = decide::plan_orphans(
+        &OrphanPoll {
+            items: &items,
+            page_was_full: poll.page_was_full,
+            now_ms: poll.now_ms,
+            capacity: poll.capacity,
+            interval_ms: poll.interval_ms,
+            unit: poll.random,
+        },
+        config,
+        |id| ours.contains(id),
+    );
+    JsOrphanPlan { claim: plan.claim, wake_in_ms: plan.wake_in_ms }
+}
+
+/// A [`RenewStep`] as `{ step, at? }`: `RenewAt`, `StoppedRenewAt`, `RetryAt` carry the
+/// monotonic time to act at.
+pub fn renew_step(step: RenewStep) -> Value {
+    match step {
+        RenewStep::RenewAt(at) => json!({ "step": "RenewAt", "at": at }),
+        RenewStep::StoppedRenewAt(at) => json!({ "step": "StoppedRenewAt", "at": at }),
+        RenewStep::RetryAt(at) => json!({ "step": "RetryAt", "at": at }),
+        RenewStep::Lost => json!({ "step": "Lost" }),
+        RenewStep::Deadline => json!({ "step": "Deadline" }),
+    }
+}
+
+pub fn after_renewal(lease: JsLease, config: &TableConfig) -> Value {
+    renew_step(decide::after_renewal(&Lease::from(lease), config))
+}
+
+pub fn after_renewal_error(
+    err: &Error,
+    attempt: u32,
+    now_mono_ms: u64,
+    deadline_mono_ms: u64,
+    config: &TableConfig,
+    random: f64,
+) -> Value {
+    renew_step(decide::after_renewal_error(err, attempt, now_mono_ms, deadline_mono_ms, config, random))
+}
+
+/// A cancellation reason by name (`Deadline`, `Lost`, `Stopped`, `Shutdown`, `Released`);
+/// anything else (`undefined`) is "none".
+pub fn reason(name: Option<&str>) -> Option<CancelReason> {
+    [CancelReason::Deadline, CancelReason::Lost, CancelReason::Stopped, CancelReason::Shutdown, CancelReason::Released]
+        .into_iter()
+        .find(|r| Some(r.as_str()) == name)
+}
+
+pub fn claim_failure(err: &Error) -> &'static str {
+    match decide::claim_failure(err) {
+        ClaimFailure::Conflict => "Conflict",
+        ClaimFailure::Error => "Error",
+    }
+}
+
+/// `{ id: "STARTED" | "STOPPED" | null }` to the ids that are STOPPED, sorted.
+pub fn stopped_ids(states: HashMap<String, Option<DesiredState>>) -> Vec<String> {
+    decide::stopped_ids(&states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_default_and_name_the_option() {
+        let s = settings(r#"{"workerId":"w1"}"#).unwrap();
+        assert_eq!((s.max_connections, s.orphan_interval_ms, s.hint_wait_ms), (700, 2_000, 5_000));
+        let err = |json: &str| settings(json).unwrap_err().to_string();
+        assert!(err(r#"{"workerId":"w1","maxConnections":0}"#).contains("maxConnections"));
+        assert!(err(r#"{"workerId":""}"#).contains("workerId"));
+        assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
+        assert!(err(r#"{"workerId":"w","hintWaitMs":21000,"hints":true,"queueUrl":"q"}"#).contains("hintWaitMs"));
+        assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
+    }
+
+    #[test]
+    fn retry_waits_grow_and_stay_bounded() {
+        assert_eq!(orphan_retry_ms(1, 2_000, 0.0), 2_000);
+        assert_eq!(orphan_retry_ms(30, 2_000, 1.0), 10_000);
+        assert_eq!(hint_retry_ms(30, 1.0), 10_000);
+        assert_eq!(desired_state_phase_ms(10_000, 0.5), 5_000);
+    }
+
+    #[test]
+    fn reasons_by_name() {
+        assert_eq!(reason(Some("Lost")), Some(CancelReason::Lost));
+        assert_eq!(reason(None), None);
+        assert_eq!(reason(Some("lost")), None);
+    }
+
+    #[test]
+    fn renew_steps_as_objects() {
+        assert_eq!(renew_step(RenewStep::RetryAt(7)), json!({"step": "RetryAt", "at": 7}));
+        assert_eq!(renew_step(RenewStep::Lost), json!({"step": "Lost"}));
+    }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the Node package's tests (scripts/build-wasm.sh builds it first; the engine comes from
+# scripts/with-services.sh). Node 20's test runner does not expand globs: the files are listed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+exec node --test --test-concurrency=1 \
+  tests/errors.test.js \
+  tests/table.test.js \
+  tests/ambiguous.test.js \
+  tests/worker.test.js \
+  tests/readme.test.js \
+  tests/example.test.js

@@ -1,0 +1,227 @@
+//! `leaselock run-if-leader` as cron would run it on every host: real processes, real signals,
+//! against the local Redis and the local engine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn unique(label: &str) -> String {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    format!("{label}-{}-{}-{ms}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+fn scratch(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique(&format!("leaselock-cli-{label}")));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn redis_url() -> Option<String> {
+    match std::env::var("LEASELOCK_REDIS_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "LEASELOCK_REDIS_URL is not set");
+            eprintln!("skipped: LEASELOCK_REDIS_URL is not set (run through scripts/with-services.sh)");
+            None
+        }
+    }
+}
+
+/// `leaselock --lease-ms .. run-if-leader NAME [extra] -- sh -c SCRIPT`, on Redis or DynamoDB.
+fn run_if_leader(backend: &Backend, name: &str, lease_ms: u64, extra: &[&str], script: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));
+    let renew = (lease_ms / 4).to_string();
+    let skew = (lease_ms / 6).to_string();
+    cmd.args([
+        "--lease-ms",
+        &lease_ms.to_string(),
+        "--renew-ms",
+        &renew,
+        "--skew-ms",
+        &skew,
+        "--key-prefix",
+        &backend.prefix,
+    ]);
+    match &backend.table {
+        Some(table) => {
+            cmd.env_remove("LEASELOCK_REDIS_URL").args(["--table", table]);
+        }
+        None => {
+            cmd.env("LEASELOCK_REDIS_URL", backend.url.as_deref().unwrap());
+        }
+    }
+    cmd.args(["run-if-leader", name]).args(extra).args(["--", "sh", "-c", script]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd
+}
+
+struct Backend {
+    url: Option<String>,
+    table: Option<String>,
+    prefix: String,
+}
+
+fn redis() -> Option<Backend> {
+    Some(Backend { url: Some(redis_url()?), table: None, prefix: unique("p") + "/" })
+}
+
+fn dynamodb() -> Option<Backend> {
+    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
+        return None;
+    }
+    let table = unique("rif");
+    let out = Command::new(env!("CARGO_BIN_EXE_leaselock"))
+        .env_remove("LEASELOCK_REDIS_URL")
+        .args(["--table", &table, "--messages-table", &format!("{table}-m"), "table", "create"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(Backend { url: None, table: Some(table), prefix: String::new() })
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < until, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie waiting for its new parent to reap it no longer runs.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn three_at_once_run_once(backend: Backend) {
+    let dir = scratch("once");
+    let log = dir.join("ran");
+    let script = format!("echo \"$LEASELOCK_FENCE\" >> {}; sleep 1", log.display());
+    let children: Vec<Child> =
+        (0..3).map(|_| run_if_leader(&backend, "nightly", 3_000, &[], &script).spawn().unwrap()).collect();
+    let outputs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let mut codes: Vec<i32> = outputs.iter().map(|o| o.status.code().unwrap()).collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [0, 75, 75],
+        "one ran, two were skipped: {:?}",
+        outputs.iter().map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect::<Vec<_>>()
+    );
+    assert_eq!(lines(&log), ["1"], "the command ran once, with fence 1");
+    let skipped = outputs.iter().find(|o| o.status.code() == Some(75)).unwrap();
+    assert!(String::from_utf8_lossy(&skipped.stderr).contains("skipped: nightly is led by"));
+}
+
+#[test]
+fn help_names_the_options_and_the_exit_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leaselock")).args(["run-if-leader", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for must in ["--slots", "--wait-ms", "--min-lease-ms", "--grace-ms", "--redis", "LEASELOCK_FENCE", "75", "143"] {
+        assert!(text.contains(must), "help mentions {must}:\n{text}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_leaselock")).args(["run-if-leader", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a command is required");
+}
+
+#[test]
+fn three_concurrent_invocations_run_the_command_once_on_redis() {
+    let Some(backend) = redis() else { return };
+    three_at_once_run_once(backend);
+}
+
+#[test]
+fn three_concurrent_invocations_run_the_command_once_on_dynamodb() {
+    let Some(backend) = dynamodb() else { return };
+    three_at_once_run_once(backend);
+}
+
+#[test]
+fn slots_run_the_command_on_at_most_n_hosts() {
+    let Some(backend) = redis() else { return };
+    let dir = scratch("slots");
+    let log = dir.join("ran");
+    let script = format!("echo \"$LEASELOCK_SLOT\" >> {}; sleep 1", log.display());
+    let children: Vec<Child> =
+        (0..5).map(|_| run_if_leader(&backend, "pool", 3_000, &["--slots", "2"], &script).spawn().unwrap()).collect();
+    let mut codes: Vec<i32> =
+        children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap()).collect();
+    codes.sort();
+    assert_eq!(codes, [0, 0, 75, 75, 75]);
+    let mut slots = lines(&log);
+    slots.sort();
+    assert_eq!(slots, ["0", "1"]);
+}
+
+/// Takes the lease over behind the runner's back, as a takeover after a partition would.
+fn steal(url: &str, prefix: &str, name: &str) {
+    let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
+    let key = format!("leaselock:{prefix}leader/{name}");
+    let out = Command::new("redis-cli").args(["-p", port, "SET", &key, "thief|999", "PX", "60000"]).output().unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn a_command_that_outlives_the_lease_is_signalled() {
+    let Some(backend) = redis() else { return };
+    let dir = scratch("outlive");
+    let log = dir.join("log");
+    let script = format!(
+        "trap 'echo term >> {0}; exit 7' TERM; echo started >> {0}; while true; do sleep 0.05; done",
+        log.display()
+    );
+    let child = run_if_leader(&backend, "long", 1_200, &[], &script).spawn().unwrap();
+    wait_until("the command started", Duration::from_secs(10), || lines(&log) == ["started"]);
+    steal(backend.url.as_deref().unwrap(), &backend.prefix, "long");
+    let stolen = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    // Seen at the next renewal (a quarter of the lease), then SIGTERM.
+    assert!(stolen.elapsed() < Duration::from_millis(1_200), "{:?}", stolen.elapsed());
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lines(&log), ["started", "term"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the lease ended"));
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
+    let Some(backend) = redis() else { return };
+    let dir = scratch("grace");
+    let log = dir.join("log");
+    let script = format!("trap '' TERM; echo started >> {}; sleep 30", log.display());
+    let child = run_if_leader(&backend, "stubborn", 1_200, &["--grace-ms", "300"], &script).spawn().unwrap();
+    wait_until("the command started", Duration::from_secs(10), || lines(&log) == ["started"]);
+    steal(backend.url.as_deref().unwrap(), &backend.prefix, "stubborn");
+    let stolen = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(stolen.elapsed() < Duration::from_millis(1_500), "{:?}", stolen.elapsed());
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn sigkill_of_run_if_leader_does_not_leave_the_command_running() {
+    let Some(backend) = redis() else { return };
+    let dir = scratch("orphan");
+    let pidfile = dir.join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let mut runner = run_if_leader(&backend, "orphan", 3_000, &[], &script).spawn().unwrap();
+    wait_until("the command started", Duration::from_secs(10), || lines(&pidfile).len() == 1);
+    let pid: i32 = lines(&pidfile)[0].parse().unwrap();
+    assert!(alive(pid));
+    runner.kill().unwrap();
+    let killed = Instant::now();
+    runner.wait().unwrap();
+    // Well within the lease (3 s) it ran under, so never alongside the next leader.
+    wait_until("the command ended", Duration::from_millis(1_500), || !alive(pid));
+    eprintln!("the command ended {:?} after run-if-leader was killed", killed.elapsed());
+}

@@ -1,0 +1,501 @@
+//! The elector: claim (with an optional wait), hold while the action runs (renewing in the
+//! background), cancel at the local deadline, keep the minimum lease, release.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{slot_of, Candidate, ElectionBackend, Strategy, Timing};
+use crate::config::validate_id;
+use crate::{Error, Lease, Result};
+
+/// How an elector claims and holds. Every field has a builder method.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionOptions {
+    /// How long a contender keeps retrying before it gives up with [`Outcome::Skipped`] (default 0: one try).
+    pub wait: Duration,
+    /// The lease is kept at least this long after the claim, even when the action is done sooner,
+    /// so a job run on every host is not run twice in one period (default 0).
+    pub min_lease: Duration,
+    /// Prepended to every election key (`{prefix}leader/{name}`, `{prefix}group/{name}#slot-{i}`).
+    pub key_prefix: String,
+    /// Pause between two claim attempts, jittered to between half of it and all of it (default 200 ms).
+    pub retry_delay: Duration,
+    /// Strategic elections: how often the leader asks the strategy again; it steps down at the
+    /// end of a term when the strategy picks someone else (default: the lease duration).
+    pub term: Option<Duration>,
+    /// Strategic elections: how long a candidate's registration lasts without a refresh
+    /// (refreshed every third of it; default: the lease duration).
+    pub candidate_ttl: Option<Duration>,
+}
+
+impl Default for ElectionOptions {
+    fn default() -> Self {
+        Self {
+            wait: Duration::ZERO,
+            min_lease: Duration::ZERO,
+            key_prefix: String::new(),
+            retry_delay: Duration::from_millis(200),
+            term: None,
+            candidate_ttl: None,
+        }
+    }
+}
+
+impl ElectionOptions {
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = d;
+        self
+    }
+
+    pub fn min_lease(mut self, d: Duration) -> Self {
+        self.min_lease = d;
+        self
+    }
+
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    pub fn retry_delay(mut self, d: Duration) -> Self {
+        self.retry_delay = d;
+        self
+    }
+
+    pub fn term(mut self, d: Duration) -> Self {
+        self.term = Some(d);
+        self
+    }
+
+    pub fn candidate_ttl(mut self, d: Duration) -> Self {
+        self.candidate_ttl = Some(d);
+        self
+    }
+}
+
+/// Why a term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermEnd {
+    /// The action returned while the lease was held.
+    Finished,
+    /// The lease was lost or its local deadline passed; the action was cancelled.
+    Lost,
+    /// A strategic leader stepped down at a term boundary for a better candidate.
+    SteppedDown,
+}
+
+/// What a `run_if_*` call did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    /// This process was elected and ran the action.
+    Led { fence: u64, value: T, end: TermEnd },
+    /// Someone else held the lease (or the strategy picked someone else) for the whole wait.
+    Skipped { holder: Option<String> },
+}
+
+impl<T> Outcome<T> {
+    pub fn is_skipped(&self) -> bool {
+        matches!(self, Outcome::Skipped { .. })
+    }
+}
+
+/// What an elected action is handed: the fence and the cancellation of its term.
+#[derive(Clone)]
+pub struct Term {
+    lease: Lease,
+    cancel: CancellationToken,
+    deadline_mono_ms: Arc<AtomicU64>,
+    backend: Arc<dyn ElectionBackend>,
+}
+
+impl std::fmt::Debug for Term {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Term").field("lease", &self.lease).field("cancelled", &self.is_cancelled()).finish()
+    }
+}
+
+impl Term {
+    /// The claim's fencing token: strictly greater than every earlier holder's of this lease.
+    pub fn fence(&self) -> u64 {
+        self.lease.fence
+    }
+
+    /// The lease as claimed (id, owner, fence), for fenced writes.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The slot held, for group elections.
+    pub fn slot(&self) -> Option<u32> {
+        slot_of(&self.lease.id)
+    }
+
+    /// The local deadline, on the backend clock's monotonic milliseconds.
+    pub fn deadline_mono_ms(&self) -> u64 {
+        self.deadline_mono_ms.load(Ordering::SeqCst)
+    }
+
+    /// True once the term is over: cancelled, or past the local deadline (checked on the clock
+    /// itself, so a process resumed after a pause sees it before any timer has run).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled() || self.backend.clock().monotonic_ms() >= self.deadline_mono_ms()
+    }
+
+    /// Resolves when the term is over.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// A token cancelled with the term (for code that takes a `CancellationToken`).
+    pub fn token(&self) -> CancellationToken {
+        self.cancel.child_token()
+    }
+}
+
+/// Runs actions only while this process holds an election lease.
+#[derive(Clone)]
+pub struct LeaderElector {
+    backend: Arc<dyn ElectionBackend>,
+    owner: String,
+    options: ElectionOptions,
+}
+
+/// A strategic leader's recheck at every term boundary.
+struct StepDown<'a> {
+    election: &'a str,
+    strategy: &'a Strategy,
+    term_ms: u64,
+}
+
+/// What a claim attempt within the wait ended in.
+enum Claimed {
+    Lease { lease: Lease, sent_mono: u64 },
+    Skipped(Option<String>),
+}
+
+impl LeaderElector {
+    /// An elector claiming as `owner` (unique per process: a host name plus a pid, for example).
+    pub fn new(backend: Arc<dyn ElectionBackend>, owner: impl Into<String>, options: ElectionOptions) -> Result<Self> {
+        let owner = owner.into();
+        validate_id("owner", &owner)?;
+        if options.retry_delay.is_zero() {
+            return Err(Error::invalid("retry_delay", "must be greater than zero"));
+        }
+        if options.term.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("term", "must be greater than zero"));
+        }
+        Ok(Self { backend, owner, options })
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn options(&self) -> &ElectionOptions {
+        &self.options
+    }
+
+    pub fn backend(&self) -> &Arc<dyn ElectionBackend> {
+        &self.backend
+    }
+
+    /// The key of the leader lease of `name`.
+    pub fn leader_key(&self, name: &str) -> String {
+        format!("{}leader/{name}", self.options.key_prefix)
+    }
+
+    /// The key of the group `name` (its slots are `{key}#slot-{i}`).
+    pub fn group_key(&self, name: &str) -> String {
+        format!("{}group/{name}", self.options.key_prefix)
+    }
+
+    /// The registry key of the candidates of `name`.
+    pub fn candidates_key(&self, name: &str) -> String {
+        format!("{}candidates/{name}", self.options.key_prefix)
+    }
+
+    /// Runs `action` only if this process becomes the leader of `name` within the wait.
+    pub async fn run_if_leader<F, Fut, T>(&self, name: &str, action: F) -> Result<Outcome<T>>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        validate_id("name", name)?;
+        let key = self.leader_key(name);
+        match self.claim_within(|| self.backend.claim(&key, &self.owner), self.options.wait).await? {
+            Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
+            Claimed::Lease { lease, sent_mono } => self.hold(lease, sent_mono, action, None).await,
+        }
+    }
+
+    /// Runs `action` only if this process gets one of the `slots` slots of the group `name`.
+    pub async fn run_if_slot<F, Fut, T>(&self, name: &str, slots: u32, action: F) -> Result<Outcome<T>>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        validate_id("name", name)?;
+        if slots == 0 {
+            return Err(Error::invalid("slots", "must be at least 1"));
+        }
+        let key = self.group_key(name);
+        match self.claim_within(|| self.backend.claim_slot(&key, slots, &self.owner), self.options.wait).await? {
+            Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
+            Claimed::Lease { lease, sent_mono } => self.hold(lease, sent_mono, action, None).await,
+        }
+    }
+
+    /// Strategic election: registers `candidate` (its id is this elector's owner) for as long as
+    /// the call runs; only when `strategy` picks this candidate does it compete for the leader
+    /// lease of `name`. A leader asks the strategy again at every term boundary and steps down
+    /// (its action is cancelled, the lease released) when a better candidate has appeared.
+    pub async fn run_if_elected<F, Fut, T>(
+        &self,
+        name: &str,
+        candidate: Candidate,
+        strategy: &Strategy,
+        action: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        validate_id("name", name)?;
+        let timing = self.backend.timing();
+        let candidate = Candidate { id: self.owner.clone(), ..candidate };
+        let election = self.candidates_key(name);
+        let ttl = self.options.candidate_ttl.unwrap_or(timing.lease);
+        self.backend.register(&election, &candidate, ttl).await?;
+        let heartbeat = async {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                if let Err(e) = self.backend.register(&election, &candidate, ttl).await {
+                    warn!(election = %election, error = %e, "candidate refresh failed");
+                }
+            }
+        };
+        let elect = self.elect(name, &election, strategy, &timing, action);
+        let result = tokio::select! {
+            r = elect => r,
+            _ = heartbeat => unreachable!("the heartbeat never ends"),
+        };
+        if let Err(e) = self.backend.withdraw(&election, &self.owner).await {
+            warn!(election = %election, error = %e, "candidate withdrawal failed");
+        }
+        result
+    }
+
+    async fn elect<F, Fut, T>(
+        &self,
+        name: &str,
+        election: &str,
+        strategy: &Strategy,
+        timing: &Timing,
+        action: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let key = self.leader_key(name);
+        let clock = self.backend.clock();
+        let wait_until = clock.monotonic_ms() + self.options.wait.as_millis() as u64;
+        loop {
+            let candidates = self.backend.candidates(election).await?;
+            let pick = strategy.pick(&candidates).map(str::to_string);
+            if pick.as_deref() == Some(self.owner.as_str()) {
+                match self.claim_within(|| self.backend.claim(&key, &self.owner), Duration::ZERO).await? {
+                    Claimed::Lease { lease, sent_mono } => {
+                        let term_ms = self.options.term.unwrap_or(timing.lease).as_millis() as u64;
+                        let step_down = StepDown { election, strategy, term_ms };
+                        return self.hold(lease, sent_mono, action, Some(step_down)).await;
+                    }
+                    Claimed::Skipped(_) => {}
+                }
+            }
+            let delay = self.retry_pause();
+            if clock.monotonic_ms() + delay > wait_until {
+                return Ok(Outcome::Skipped { holder: pick });
+            }
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    }
+
+    /// A jittered pause between half the retry delay and all of it, in ms.
+    fn retry_pause(&self) -> u64 {
+        let full = self.options.retry_delay.as_millis() as u64;
+        full / 2 + (rand::random::<f64>() * (full - full / 2) as f64) as u64
+    }
+
+    async fn claim_within<Fut>(&self, claim: impl Fn() -> Fut, wait: Duration) -> Result<Claimed>
+    where
+        Fut: Future<Output = Result<Lease>>,
+    {
+        let clock = self.backend.clock();
+        let wait_until = clock.monotonic_ms() + wait.as_millis() as u64;
+        loop {
+            let sent_mono = clock.monotonic_ms();
+            match claim().await {
+                Ok(lease) => return Ok(Claimed::Lease { lease, sent_mono }),
+                Err(Error::Held { owner, .. }) => {
+                    let delay = self.retry_pause();
+                    if clock.monotonic_ms() + delay > wait_until {
+                        return Ok(Claimed::Skipped(Some(owner)));
+                    }
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs the action under `lease`, renewing it; ends the term at the deadline, on a lost
+    /// renewal or (strategic) at a term boundary; then keeps the minimum lease or releases.
+    async fn hold<F, Fut, T>(
+        &self,
+        lease: Lease,
+        sent_mono: u64,
+        action: F,
+        step_down: Option<StepDown<'_>>,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(Term) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let fence = lease.fence;
+        debug!(key = %lease.id, fence, owner = %self.owner, "elected");
+        let term = Term {
+            lease: lease.clone(),
+            cancel: CancellationToken::new(),
+            deadline_mono_ms: Arc::new(AtomicU64::new(lease.deadline_mono_ms)),
+            backend: self.backend.clone(),
+        };
+        let timing = self.backend.timing();
+        let claim_store_ms = lease.expires_at_ms.saturating_sub(timing.lease_ms());
+        let (tx, mut rx) = watch::channel(lease);
+        let keeper = self.keep(&tx, &term, sent_mono, step_down.as_ref());
+        tokio::pin!(keeper);
+        let work = action(term.clone());
+        tokio::pin!(work);
+        let (value, ended) = tokio::select! {
+            v = &mut work => (v, None),
+            end = &mut keeper => {
+                term.cancel.cancel();
+                (work.await, Some(end))
+            }
+        };
+        let end = match ended {
+            Some(end) => end,
+            None => {
+                // The minimum lease: keep renewing until the stored expiry covers it (then leave
+                // the lease to run out) or until it has passed (then release).
+                let min_ms = self.options.min_lease.as_millis() as u64;
+                let clock = self.backend.clock();
+                let kept = async {
+                    loop {
+                        let held = rx.borrow_and_update().clone();
+                        let elapsed = clock.monotonic_ms() >= sent_mono + min_ms;
+                        if elapsed || held.expires_at_ms >= claim_store_ms + min_ms {
+                            return elapsed;
+                        }
+                        let left = (sent_mono + min_ms).saturating_sub(clock.monotonic_ms());
+                        tokio::select! {
+                            _ = rx.changed() => {}
+                            _ = tokio::time::sleep(Duration::from_millis(left)) => {}
+                        }
+                    }
+                };
+                let outcome = tokio::select! {
+                    elapsed = kept => Ok(elapsed),
+                    end = &mut keeper => Err(end),
+                };
+                let held = tx.borrow().clone();
+                match outcome {
+                    Ok(true) => self.release(&held).await,
+                    Ok(false) => debug!(fence, "kept to the minimum lease"),
+                    Err(end) => {
+                        term.cancel.cancel();
+                        return Ok(Outcome::Led { fence, value, end });
+                    }
+                }
+                TermEnd::Finished
+            }
+        };
+        term.cancel.cancel();
+        if end == TermEnd::SteppedDown {
+            let held = tx.borrow().clone();
+            self.release(&held).await;
+        }
+        Ok(Outcome::Led { fence, value, end })
+    }
+
+    async fn release(&self, lease: &Lease) {
+        match self.backend.release(lease).await {
+            Ok(()) => debug!(key = %lease.id, fence = lease.fence, "released"),
+            Err(e) => warn!(key = %lease.id, fence = lease.fence, error = %e, "release failed; the lease runs out"),
+        }
+    }
+
+    /// Renews the lease until the term ends; returns why it ended. Never ends on its own
+    /// otherwise (it is dropped when the action is done).
+    async fn keep(
+        &self,
+        tx: &watch::Sender<Lease>,
+        term: &Term,
+        sent_mono: u64,
+        step_down: Option<&StepDown<'_>>,
+    ) -> TermEnd {
+        let clock = self.backend.clock();
+        let timing = self.backend.timing();
+        let mut next_renew = sent_mono + timing.renew_ms();
+        let mut next_term = step_down.map(|s| sent_mono + s.term_ms);
+        loop {
+            let deadline = tx.borrow().deadline_mono_ms;
+            let now = clock.monotonic_ms();
+            if now >= deadline {
+                return TermEnd::Lost;
+            }
+            let wake = next_renew.min(deadline).min(next_term.unwrap_or(u64::MAX));
+            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now))).await;
+            let now = clock.monotonic_ms();
+            if now >= deadline {
+                return TermEnd::Lost;
+            }
+            if let (Some(at), Some(s)) = (next_term, step_down) {
+                if now >= at {
+                    match self.backend.candidates(s.election).await {
+                        Ok(c) if s.strategy.pick(&c) != Some(self.owner.as_str()) => {
+                            debug!(election = %s.election, "a better candidate: stepping down at the term boundary");
+                            return TermEnd::SteppedDown;
+                        }
+                        Ok(_) => {}
+                        Err(e) => warn!(election = %s.election, error = %e, "candidate list failed; staying on"),
+                    }
+                    next_term = Some(at + s.term_ms);
+                }
+            }
+            if clock.monotonic_ms() >= next_renew {
+                let mut lease = tx.borrow().clone();
+                let budget = Duration::from_millis(deadline.saturating_sub(clock.monotonic_ms()));
+                match tokio::time::timeout(budget, self.backend.renew(&mut lease)).await {
+                    Ok(Ok(())) => {
+                        next_renew = lease.deadline_mono_ms + timing.skew_ms() + timing.renew_ms() - timing.lease_ms();
+                        term.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
+                        tx.send_replace(lease);
+                    }
+                    Ok(Err(Error::Lost { .. })) | Err(_) => return TermEnd::Lost,
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "renewal failed; retrying until the deadline");
+                        next_renew = clock.monotonic_ms() + (timing.renew_ms() / 5).max(20);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Leader, group and strategic election over any election backend: the DynamoDB lease table
+//! (through [`LeaseStore`](crate::LeaseStore)), Redis, or memory.
+//!
+//! Every elected action gets a [`Term`]: the lease's fence (strictly increasing across the
+//! leaders of one name, for fenced writes) and a cancellation that fires at the holder's local
+//! deadline (rule 2: `sent_at + lease - skew` of the last successful renewal), so the action
+//! stops before anyone else can be elected.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use leaselock::election::{ElectionOptions, LeaderElector, MemoryRegistry, Outcome, StoreElection};
+//! use leaselock::{MemoryStore, SystemClock, TableConfig};
+//!
+//! let store = MemoryStore::new(TableConfig::default(), Arc::new(SystemClock)).unwrap();
+//! let backend = StoreElection::new(store, MemoryRegistry::new(Arc::new(SystemClock)));
+//! let elector = LeaderElector::new(Arc::new(backend), "host-a", ElectionOptions::default()).unwrap();
+//! let outcome = elector.run_if_leader("nightly-report", |term| async move { term.fence() }).await.unwrap();
+//! assert!(matches!(outcome, Outcome::Led { value: 1, .. }));
+//! # });
+//! ```
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamo;
+mod elector;
+mod registry;
+mod store;
+mod strategy;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use elector::{ElectionOptions, LeaderElector, Outcome, Term, TermEnd};
+pub use registry::{CandidateRegistry, MemoryRegistry};
+pub use store::StoreElection;
+pub use strategy::Strategy;
+
+use crate::{Clock, Lease, Result};
+
+/// The lease timing an election backend writes with (the same three durations as a lease table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub lease: Duration,
+    pub renew: Duration,
+    pub skew: Duration,
+}
+
+impl Timing {
+    pub fn lease_ms(&self) -> u64 {
+        self.lease.as_millis() as u64
+    }
+
+    pub fn skew_ms(&self) -> u64 {
+        self.skew.as_millis() as u64
+    }
+
+    pub fn renew_ms(&self) -> u64 {
+        self.renew.as_millis() as u64
+    }
+}
+
+/// A candidate of a strategic election, as registered (and as listed, with its expiry).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Candidate {
+    /// The candidate's owner id (what it claims the leader lease as).
+    pub id: String,
+    /// Higher is better for [`Strategy::HighestScore`].
+    pub score: f64,
+    /// Lower is better for [`Strategy::LeastLoaded`].
+    pub load: f64,
+    pub metadata: BTreeMap<String, String>,
+    /// When the registration runs out (the backend's clock, epoch ms); set by the backend.
+    #[serde(default)]
+    pub expires_at_ms: u64,
+}
+
+impl Candidate {
+    pub fn new(id: impl Into<String>, score: f64) -> Self {
+        Self { id: id.into(), score, load: 0.0, metadata: BTreeMap::new(), expires_at_ms: 0 }
+    }
+
+    pub fn load(mut self, load: f64) -> Self {
+        self.load = load;
+        self
+    }
+
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// What an election needs from a store: named leases with a fence, fixed-size groups of them,
+/// and a registry of candidates. Implemented by [`StoreElection`] (any [`LeaseStore`](crate::LeaseStore))
+/// and by the Redis store.
+#[async_trait::async_trait]
+pub trait ElectionBackend: Send + Sync {
+    /// The lease, renew interval and skew every claim of this backend uses.
+    fn timing(&self) -> Timing;
+    /// The clock the returned leases' deadlines are measured on.
+    fn clock(&self) -> &dyn Clock;
+    /// Claims the lease `key` for `owner` (a new, higher fence); `Held` names the holder.
+    async fn claim(&self, key: &str, owner: &str) -> Result<Lease>;
+    /// Claims one free slot of the group `key` (at most `slots` holders); `Held` when all are taken.
+    async fn claim_slot(&self, key: &str, slots: u32, owner: &str) -> Result<Lease>;
+    /// Extends a lease this backend returned; `Lost` when it is no longer ours.
+    async fn renew(&self, lease: &mut Lease) -> Result<()>;
+    /// Gives the lease up at once; `Lost` when it was no longer ours.
+    async fn release(&self, lease: &Lease) -> Result<()>;
+    /// Registers or refreshes `candidate` in `election` for `ttl`.
+    async fn register(&self, election: &str, candidate: &Candidate, ttl: Duration) -> Result<()>;
+    /// Removes a candidate (a no-op when it is not registered).
+    async fn withdraw(&self, election: &str, candidate_id: &str) -> Result<()>;
+    /// The candidates whose registration has not run out, in one consistent read.
+    async fn candidates(&self, election: &str) -> Result<Vec<Candidate>>;
+}
+
+/// The stored id of a group slot lease (`{group}#slot-{i}`), and back.
+pub fn slot_id(group: &str, slot: u32) -> String {
+    format!("{group}#slot-{slot}")
+}
+
+/// The slot number of a slot lease id.
+pub fn slot_of(id: &str) -> Option<u32> {
+    id.rsplit_once("#slot-").and_then(|(_, n)| n.parse().ok())
+}

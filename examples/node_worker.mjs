@@ -1,0 +1,122 @@
+// The reference streaming worker in Node: owns leased streams, connects to each ws_url, resumes
+// after last_seq, writes every message to the messages table together with the checkpoint in
+// one fenced transaction, and acknowledges the message upstream (as `leaselock worker` does).
+//
+//   leaselock table create && leaselock upstream &
+//   leaselock start stream-1 --url ws://127.0.0.1:9100/stream-1
+//   node examples/node_worker.mjs          # SIGTERM / Ctrl-C: graceful hand-over
+//
+// Settings come from the same environment variables as the CLI (LEASELOCK_TABLE,
+// LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
+// LEASELOCK_KEY_PREFIX, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS, LEASELOCK_QUEUE_URL),
+// and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
+import { createRequire } from 'node:module';
+
+// The package and its dependencies resolve from bindings/wasm (the package is its own name there).
+const require = createRequire(new URL('../bindings/wasm/package.json', import.meta.url));
+const { DynamoDBClient } = require('@aws-sdk/client-dynamodb');
+const { SQSClient } = require('@aws-sdk/client-sqs');
+const WebSocket = require('ws');
+const { LeaseTable, Worker } = require('leaselock');
+
+const env = process.env;
+const number = (name) => (env[name] === undefined ? undefined : Number(env[name]));
+const messagesTable = env.LEASELOCK_MESSAGES_TABLE ?? 'leaselock-messages';
+
+const client = new DynamoDBClient({});
+const table = new LeaseTable({
+  client,
+  tableName: env.LEASELOCK_TABLE ?? 'leaselock',
+  leaseMs: number('LEASELOCK_LEASE_MS'),
+  renewMs: number('LEASELOCK_RENEW_MS'),
+  clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),
+  keyPrefix: env.LEASELOCK_KEY_PREFIX,
+});
+
+/** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */
+function messageWrite(msg, conn, workerId) {
+  return {
+    Update: {
+      TableName: messagesTable,
+      Key: { stream: { S: conn.id }, seq: { N: String(msg.seq) } },
+      UpdateExpression: 'SET #data = :data, #fence = :fence, #worker = :worker, #at = :at ADD #writes :one',
+      ExpressionAttributeNames: {
+        '#data': 'data',
+        '#fence': 'fence',
+        '#worker': 'worker',
+        '#at': 'written_at_ms',
+        '#writes': 'writes',
+      },
+      ExpressionAttributeValues: {
+        ':data': { S: msg.data },
+        ':fence': { N: String(conn.fence) },
+        ':worker': { S: workerId },
+        ':at': { N: String(Date.now()) },
+        ':one': { N: '1' },
+      },
+    },
+  };
+}
+
+/** Streams one leased connection until its signal aborts. */
+async function stream(conn, signal, workerId) {
+  if (!conn.url) {
+    throw new Error('the item has no ws_url');
+  }
+  let last = conn.lastSeq ?? 0;
+  const target = `${conn.url}${conn.url.includes('?') ? '&' : '?'}from=${last}&fence=${conn.fence}`;
+  const ws = new WebSocket(target, { handshakeTimeout: 5_000 });
+  const closed = new Promise((resolve) => ws.once('close', resolve));
+  const onAbort = () => ws.close();
+  signal.addEventListener('abort', onAbort, { once: true });
+  // Messages are handled one at a time, in order: the next waits for the last one's write.
+  let chain = Promise.resolve();
+  let failure;
+  ws.on('message', (data) => {
+    chain = chain.then(async () => {
+      if (signal.aborted || failure) {
+        return;
+      }
+      const msg = JSON.parse(data.toString());
+      if (msg.seq <= last) {
+        return;
+      }
+      if (msg.seq !== last + 1) {
+        throw new Error(`upstream skipped from ${last} to ${msg.seq}`);
+      }
+      // The message and the checkpoint land together under the lease, or not at all.
+      await conn.write([messageWrite(msg, conn, workerId)], { checkpoint: msg.seq });
+      ws.send(JSON.stringify({ ack: msg.seq }));
+      last = msg.seq;
+    }).catch((e) => {
+      failure ??= e;
+      ws.close();
+    });
+  });
+  ws.once('open', () => console.error(JSON.stringify({ message: 'streaming', connectionId: conn.id, fence: conn.fence, from: last })));
+  ws.once('error', (e) => {
+    failure ??= e;
+  });
+  await closed;
+  signal.removeEventListener('abort', onAbort);
+  await chain;
+  if (failure && !signal.aborted) {
+    throw failure;
+  }
+  if (!signal.aborted) {
+    throw new Error('upstream closed the stream');
+  }
+}
+
+const queueUrl = env.LEASELOCK_QUEUE_URL;
+const worker = new Worker({
+  table,
+  sqs: queueUrl ? new SQSClient({}) : undefined,
+  queueUrl,
+  workerId: env.LEASELOCK_WORKER_ID,
+  maxConnections: number('LEASELOCK_MAX_CONNECTIONS'),
+  handler: (conn, signal) => stream(conn, signal, worker.workerId),
+});
+console.error(`worker ${worker.workerId}: running`);
+const snapshot = await worker.run();
+console.error(`worker ${snapshot.workerId}: stopped, ${JSON.stringify(snapshot)}`);

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds the Python binding into .venv (debug build, in the workspace's target dir, so cargo
+# reuses what the Rust tests compiled) with the tools its tests, stubs check and bench need.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/venv.sh
+.venv/bin/pip install -q 'maturin>=1.16,<1.17' pytest mypy websockets boto3
+VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" \
+  .venv/bin/maturin develop -q -m bindings/python/Cargo.toml "$@"
