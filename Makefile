@@ -76,6 +76,7 @@ demo:
 bench: bench-python bench-node
 	lambdas/bench.sh
 	MOTO_PORT=$(ELECTION_BENCH_PORT) scripts/with-services.sh $(CARGO) test --release -q -p leaselock --features redis --test election_bench -- --ignored --nocapture
+	core/bench.sh
 
 # Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
 # against a keep-alive endpoint; writes bench/results/latest.json.

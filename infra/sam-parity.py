@@ -37,6 +37,16 @@ class Deployment:
     def __init__(self, template):
         self.resources = template["Resources"]
         self.defaults = {name: p.get("Default") for name, p in template.get("Parameters", {}).items()}
+        self.conditions = template.get("Conditions", {})
+
+    def condition(self, name):
+        """A condition of the form Equals [Ref parameter, text] at the defaults; None for others."""
+        spec = self.conditions.get(name, {})
+        if list(spec) == ["Fn::Equals"]:
+            left, right = spec["Fn::Equals"]
+            if isinstance(left, dict) and list(left) == ["Ref"] and left["Ref"] in self.defaults:
+                return str(self.defaults[left["Ref"]]) == str(right)
+        return None
 
     def ref(self, name, attribute=None):
         if name in self.defaults:
@@ -63,7 +73,14 @@ class Deployment:
         if list(value) == ["Fn::Sub"]:
             text = value["Fn::Sub"] if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"][0]
             return re.sub(r"\$\{([^}.]+)(?:\.([^}]+))?\}", lambda m: self.ref(m.group(1), m.group(2)), text)
-        return {key: self.norm(v) for key, v in value.items()}
+        if list(value) == ["Fn::If"]:
+            name, then, otherwise = value["Fn::If"]
+            chosen = self.condition(name)
+            if chosen is not None:
+                return self.norm(then if chosen else otherwise)
+        normed = {key: self.norm(v) for key, v in value.items()}
+        # A property set to AWS::NoValue (by an evaluated Fn::If) is absent.
+        return {key: v for key, v in normed.items() if v != "${AWS::NoValue}" or key == "Ref"}
 
     def of_type(self, kind):
         return {name: r.get("Properties", {}) for name, r in self.resources.items() if r["Type"] == kind}

@@ -5,7 +5,8 @@
 # no gaps, no write from the thawed worker, crash failover <= lease + skew + 3 s and graceful
 # hand-over <= 2 s, and the SIGTERMed worker exits within the hint wait (5 s, the worker's
 # default; shutdown drains the long poll in flight) + 1 s. Needs AWS_ENDPOINT_URL (run through
-# scripts/with-services.sh).
+# scripts/with-services.sh). Runs once per lease mode in FLEET_MODES (default: per-item, then
+# session: one heartbeat per worker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${AWS_ENDPOINT_URL:?run through scripts/with-services.sh}"
@@ -14,12 +15,15 @@ BIN=${LEASELOCK_BIN:-target/debug/leaselock}
 [[ -x $BIN ]] || cargo build -q -p leaselock-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+overall=0
+for mode in ${FLEET_MODES:-per-item session}; do
+echo "fleet: mode $mode"
 status=0
-"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --skew-ms $SKEW_MS demo --zombie \
+"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --skew-ms $SKEW_MS --mode "$mode" demo --zombie \
   --connections 18 --rate 2 --settle-secs 3 --orphan-interval-ms 1000 --desired-state-interval-ms 1000 \
-  --dir target/fleet-logs | tee "$log" || status=$?
+  --dir "target/fleet-logs/$mode" | tee "$log" || status=$?
 report=$(tail -n 1 "$log")
-python3 - "$report" "$status" "$LEASE_MS" "$SKEW_MS" "$HINT_WAIT_MS" <<'PY'
+python3 - "$report" "$status" "$LEASE_MS" "$SKEW_MS" "$HINT_WAIT_MS" <<'PY' || overall=1
 import json, sys
 report, status, lease, skew, hint_wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 try:
@@ -46,3 +50,5 @@ for name, ok in checks:
 print(f"fleet: {len(checks) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY
+done
+exit $overall

@@ -49,6 +49,8 @@ pub struct DemoArgs {
 #[derive(Debug, Default, serde::Serialize)]
 struct Report {
     demo: &'static str,
+    /// `per-item` or `session`.
+    mode: &'static str,
     connections: usize,
     workers: u64,
     lease_ms: u64,
@@ -224,7 +226,9 @@ async fn wait_until(
     let until = Instant::now() + limit;
     let mut last_print = Instant::now();
     loop {
-        let items = table.items().await?;
+        // Session items (session mode) are not streams.
+        let items: Vec<LeaseItem> =
+            table.items().await?.into_iter().filter(|i| table.config().session_owner(&i.id).is_none()).collect();
         let now = SystemClock.now_ms();
         if check(&items, now) {
             say(t0, format!("{what}: {}", status_line(&items, now, total, None)));
@@ -309,7 +313,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
             .args(["--table", &lease_table, "--messages-table", &messages_table])
             .args(["--index-name", &config.index_name, "--key-prefix", &config.key_prefix])
             .args(["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()])
-            .args(["--skew-ms", &config.skew_ms().to_string()])
+            .args(["--skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()])
             .args(["worker", "--worker-id", &name, "--queue-url", &queue_url, "--metrics-interval-ms", "5000"])
             .args(["--orphan-interval-ms", &d.orphan_interval_ms.to_string()])
             .args(["--desired-state-interval-ms", &d.desired_state_interval_ms.to_string()])
@@ -361,6 +365,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     let recovery_limit = config.lease_duration + config.clock_skew + Duration::from_secs(15);
     let mut report = Report {
+        mode: config.mode.as_str(),
         connections: n,
         workers: d.workers,
         lease_ms: config.lease_ms(),

@@ -49,6 +49,9 @@ pub struct TableArgs {
     /// Retry budget of a command that holds no lease (start, stop, get, listings, table create), ms.
     #[arg(long, env = "LEASELOCK_OPERATION_BUDGET_MS", default_value_t = 10_000, global = true)]
     pub operation_budget_ms: u64,
+    /// Lease mode: `per-item` (every held item renewed) or `session` (one heartbeat per worker).
+    #[arg(long, env = "LEASELOCK_MODE", default_value = "per-item", global = true, value_parser = ["per-item", "session"])]
+    pub mode: String,
     /// Table the reference worker writes messages to (created by `table create`).
     #[arg(long, env = "LEASELOCK_MESSAGES_TABLE", default_value = "leaselock-messages", global = true)]
     pub messages_table: String,
@@ -63,6 +66,7 @@ impl TableArgs {
             .renew_interval(Duration::from_millis(self.renew_ms))
             .clock_skew(Duration::from_millis(self.skew_ms))
             .operation_budget(Duration::from_millis(self.operation_budget_ms))
+            .mode(leaselock::LeaseMode::parse(&self.mode).unwrap_or_default())
             .validated()
     }
 }

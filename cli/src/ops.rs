@@ -207,7 +207,15 @@ pub async fn ls(args: &TableArgs, ls: &LsArgs) -> CliResult {
     let table = connect(args).await?;
     let now = SystemClock.now_ms();
     let mut items = if ls.orphans {
-        table.orphans(claim_cutoff(now, table.config()), None).await?
+        let cutoff = claim_cutoff(now, table.config());
+        let mut orphans = table.orphans(cutoff, None).await?;
+        // Session mode: the work of a dead session is orphaned too (the fleet takes it over).
+        if table.config().mode == leaselock::LeaseMode::Session {
+            for dead in table.sessions(cutoff).await? {
+                orphans.extend(table.owned_by(&dead.owner).await?);
+            }
+        }
+        orphans
     } else if let Some(owner) = &ls.owner {
         table.owned_by(owner).await?
     } else {
@@ -320,12 +328,40 @@ pub fn render_status(s: &Status, table: &str) -> String {
     out
 }
 
+/// Session mode: every session, whether it lives, and how many items it holds.
+pub fn render_sessions(
+    sessions: &[leaselock::SessionItem],
+    items: &[LeaseItem],
+    now_ms: u64,
+    config: &leaselock::TableConfig,
+) -> String {
+    let mut out = format!("{:<40} {:>6} {:>22} {:>6}\n", "SESSION", "EPOCH", "EXPIRES", "HOLDS");
+    for s in sessions {
+        let holds = items
+            .iter()
+            .filter(|i| i.owner.as_deref() == Some(s.owner.as_str()))
+            .filter(|i| i.expires_at_ms == Some(leaselock::lease::HELD_UNDER_SESSION_MS))
+            .count();
+        let expiry = LeaseItem { expires_at_ms: Some(s.expires_at_ms), ..LeaseItem::default() };
+        let state = if s.is_dead(now_ms, config) {
+            format!("dead ({})", expires_in(&expiry, now_ms))
+        } else {
+            expires_in(&expiry, now_ms)
+        };
+        out.push_str(&format!("{:<40} {:>6} {:>22} {:>6}\n", s.owner, s.epoch, state, holds));
+    }
+    out
+}
+
 pub async fn status(args: &TableArgs, watch: bool, interval: Duration) -> CliResult {
     let table = connect(args).await?;
     loop {
         let items = table.items().await?;
         let now = SystemClock.now_ms();
-        let text = render_status(&summarize(&items, now, table.config()), &args.table_name);
+        let mut text = render_status(&summarize(&items, now, table.config()), &args.table_name);
+        if table.config().mode == leaselock::LeaseMode::Session {
+            text.push_str(&render_sessions(&table.sessions(u64::MAX).await?, &items, now, table.config()));
+        }
         if watch {
             // Clear the screen and home the cursor between refreshes.
             print!("\x1b[2J\x1b[H{text}");

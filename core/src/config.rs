@@ -18,6 +18,8 @@ pub struct Attributes {
     pub last_seq: String,
     pub fence: String,
     pub ttl: String,
+    /// Session mode: the epoch of the session a connection is held under.
+    pub session_epoch: String,
 }
 
 impl Default for Attributes {
@@ -31,6 +33,35 @@ impl Default for Attributes {
             last_seq: "last_seq".into(),
             fence: "fence".into(),
             ttl: "ttl".into(),
+            session_epoch: "session_epoch".into(),
+        }
+    }
+}
+
+/// How held work is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaseMode {
+    /// Every held item is renewed on its own (the AWS reference design; the default).
+    #[default]
+    PerItem,
+    /// One session item per worker is renewed; the items it holds are written only when claimed,
+    /// checkpointed or released (see [`crate::Session`]).
+    Session,
+}
+
+impl LeaseMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseMode::PerItem => "per-item",
+            LeaseMode::Session => "session",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "per-item" | "per_item" | "item" => Some(LeaseMode::PerItem),
+            "session" => Some(LeaseMode::Session),
+            _ => None,
         }
     }
 }
@@ -79,6 +110,11 @@ pub struct TableConfig {
     pub operation_budget: Duration,
     /// How long one attempt of such an operation may take (default 5 s).
     pub operation_attempt_timeout: Duration,
+    /// Per-item leases (default) or one session per worker.
+    pub mode: LeaseMode,
+    /// The orphan index's partition value of session items (session mode), so dead sessions are
+    /// a query of that index: `partition = session_partition AND expiry < cutoff`.
+    pub session_partition: String,
 }
 
 /// The default GSI name: `desired_state` partition, `lease_expires_at_ms` sort.
@@ -108,6 +144,8 @@ impl TableConfig {
             started_partition: crate::DesiredState::Started.as_str().into(),
             operation_budget: Duration::from_secs(10),
             operation_attempt_timeout: Duration::from_secs(5),
+            mode: LeaseMode::PerItem,
+            session_partition: "SESSION".into(),
         }
     }
 
@@ -128,6 +166,16 @@ impl TableConfig {
 
     pub fn operation_attempt_timeout(mut self, d: Duration) -> Self {
         self.operation_attempt_timeout = d;
+        self
+    }
+
+    pub fn mode(mut self, mode: LeaseMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn session_partition(mut self, value: impl Into<String>) -> Self {
+        self.session_partition = value.into();
         self
     }
 
@@ -191,6 +239,7 @@ impl TableConfig {
             ("attributes.last_seq", &a.last_seq),
             ("attributes.fence", &a.fence),
             ("attributes.ttl", &a.ttl),
+            ("attributes.session_epoch", &a.session_epoch),
         ];
         for (i, (field, name)) in names.iter().enumerate() {
             if name.is_empty() || name.len() > 255 {
@@ -199,6 +248,12 @@ impl TableConfig {
             if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
                 return invalid(field, format!("{} is already used by {other}", render::value(name)));
             }
+        }
+        if self.session_partition.is_empty()
+            || self.session_partition == self.started_partition
+            || crate::DesiredState::parse(&self.session_partition).is_some()
+        {
+            return invalid("session_partition", "must be non-empty and not a desired state".into());
         }
         if self.key_prefix.len() > MAX_KEY_PREFIX_BYTES {
             return invalid("key_prefix", format!("at most {MAX_KEY_PREFIX_BYTES} bytes"));
@@ -231,6 +286,16 @@ impl TableConfig {
         format!("{}{}", self.key_prefix, id)
     }
 
+    /// The id of `owner`'s session item (the stored key adds the prefix).
+    pub fn session_id(&self, owner: &str) -> String {
+        format!("{SESSION_PREFIX}{owner}")
+    }
+
+    /// The owner of a session item's id, or `None` when the id is not a session's.
+    pub fn session_owner<'a>(&self, id: &'a str) -> Option<&'a str> {
+        id.strip_prefix(SESSION_PREFIX)
+    }
+
     /// The work id of a stored key (the key itself when it lacks the prefix).
     pub fn id_of<'a>(&self, key: &'a str) -> &'a str {
         key.strip_prefix(&self.key_prefix).unwrap_or(key)
@@ -248,6 +313,9 @@ impl TableConfig {
         self.renew_interval.as_millis() as u64
     }
 }
+
+/// Session items' ids: `session/{worker_id}` (under the key prefix).
+pub const SESSION_PREFIX: &str = "session/";
 
 /// Largest id, in bytes (DynamoDB's partition key limit is 2,048; the prefix needs room).
 pub const MAX_ID_BYTES: usize = 1024;

@@ -53,7 +53,7 @@ pub async fn fenced_write(
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
     let op = FencedWrite::new(config, lease, now_ms, writes.len(), &token())?;
-    drive(client, &SystemClock, op, &writes).await
+    drive(client, &SystemClock, op, &writes, None).await
 }
 
 /// The lease action of a checkpointing write (see [`protocol::checkpoint_update`]): sets
@@ -74,7 +74,7 @@ pub async fn fenced_write_with_checkpoint(
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
     let op = FencedWrite::with_checkpoint(config, lease, now_ms, seq, writes.len(), &token())?;
-    drive(client, &SystemClock, op, &writes).await
+    drive(client, &SystemClock, op, &writes, None).await
 }
 
 /// A client request token, the same on every attempt of one write.

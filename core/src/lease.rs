@@ -105,6 +105,56 @@ impl Lease {
     }
 }
 
+/// The expiry a connection held under a session carries: far in the future, so it leaves the
+/// orphan range and a worker of the reference design sees it held. Nothing rewrites it while the
+/// session lives; whether it is really held is the session's expiry.
+pub const HELD_UNDER_SESSION_MS: u64 = 32_503_680_000_000; // 3000-01-01
+
+/// A worker's session (session mode): one item, `session/{owner}`, renewed for every connection
+/// the worker holds. `epoch` is the session item's fence: a new session of the same worker gets a
+/// new epoch, which ends every connection claimed under the old one.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Session {
+    pub owner: String,
+    pub epoch: u64,
+    pub expires_at_ms: u64,
+    /// Rule 2 on the session: every connection held under it must stop acting by then.
+    pub deadline_mono_ms: u64,
+}
+
+impl Session {
+    pub fn is_past_deadline(&self, now_mono_ms: u64) -> bool {
+        now_mono_ms >= self.deadline_mono_ms
+    }
+
+    /// When to send the next session renewal, on the monotonic clock.
+    pub fn next_renew_mono_ms(&self, config: &TableConfig) -> u64 {
+        next_renew_at(self.deadline_mono_ms, config)
+    }
+
+    /// A connection held under this session acts until the session's deadline.
+    pub fn cover(&self, lease: &mut Lease) {
+        lease.deadline_mono_ms = self.deadline_mono_ms;
+    }
+}
+
+/// A session item as stored (listings; dead-session queries).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionItem {
+    pub owner: String,
+    pub epoch: u64,
+    /// 0 once ended.
+    pub expires_at_ms: u64,
+}
+
+impl SessionItem {
+    /// Rule 1 on sessions: a session is dead for a claimer once its expiry is older than the
+    /// claimer's clock minus the skew.
+    pub fn is_dead(&self, now_ms: u64, config: &TableConfig) -> bool {
+        self.expires_at_ms < claim_cutoff(now_ms, config)
+    }
+}
+
 /// Whether `item` is still `lease`'s: same owner and same fence (any later claim changes the fence).
 pub fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
     item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)

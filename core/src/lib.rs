@@ -56,7 +56,7 @@ pub mod worker {
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock, SkewedClock};
-pub use config::{Attributes, TableConfig};
+pub use config::{Attributes, LeaseMode, TableConfig};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
 #[cfg(feature = "dynamodb")]
@@ -71,7 +71,7 @@ pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
 #[cfg(feature = "dynamodb")]
 pub use hold::Hold;
-pub use lease::{DesiredState, Lease, LeaseItem};
+pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem};
 pub use memory::MemoryStore;
 
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};

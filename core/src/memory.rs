@@ -1,13 +1,13 @@
 //! An in-memory store with exactly the DynamoDB store's semantics and an injectable clock, for
 //! tests, simulations and the wasm build.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{validate_id, validate_url};
-use crate::lease::{claim_cutoff, expiry_for, holds, is_orphan};
+use crate::lease::{claim_cutoff, deadline, expiry_for, holds, is_orphan, HELD_UNDER_SESSION_MS};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
-use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, TableConfig};
+use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, TableConfig};
 
 /// See the module docs. Clones and [`MemoryStore::with_clock`] handles share one table.
 #[derive(Debug, Clone)]
@@ -15,12 +15,21 @@ pub struct MemoryStore {
     config: TableConfig,
     clock: Arc<dyn Clock>,
     items: Arc<Mutex<BTreeMap<String, LeaseItem>>>,
+    sessions: Arc<Mutex<SessionState>>,
+}
+
+/// What session mode keeps beside the items: the session epoch each held connection records,
+/// and which session items are listed (in the session partition).
+#[derive(Debug, Default)]
+struct SessionState {
+    epochs: BTreeMap<String, u64>,
+    listed: BTreeSet<String>,
 }
 
 impl MemoryStore {
     pub fn new(config: TableConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, clock, items: Arc::default() })
+        Ok(Self { config, clock, items: Arc::default(), sessions: Arc::default() })
     }
 
     /// Another handle on the same items, seeing time through `clock` (a worker with its own clock).
@@ -68,6 +77,15 @@ impl MemoryStore {
             item.fence += 1;
             Ok(Lease::from_item(item.clone(), owner, sent, &self.config))
         })
+    }
+
+    fn session_lost(&self, owner: &str) -> Error {
+        Error::Lost { id: self.config.session_id(owner) }
+    }
+
+    /// The session item of `owner` and whether it is listed; `None` when there is none.
+    fn session_item(&self, items: &BTreeMap<String, LeaseItem>, owner: &str) -> Option<LeaseItem> {
+        items.get(&self.config.key(&self.config.session_id(owner))).cloned()
     }
 
     fn lost(lease: &Lease) -> Error {
@@ -210,5 +228,135 @@ impl LeaseStore for MemoryStore {
     async fn items(&self) -> Result<Vec<LeaseItem>> {
         let items = self.items.lock().expect("memory store poisoned");
         Ok(items.iter().filter(|(k, _)| k.starts_with(&self.config.key_prefix)).map(|(_, i)| i.clone()).collect())
+    }
+
+    async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<Session> {
+        validate_id("owner", owner)?;
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        let id = self.config.session_id(owner);
+        let key = self.config.key(&id);
+        let mut items = self.items.lock().expect("memory store poisoned");
+        let item = items.entry(key.clone()).or_insert_with(|| LeaseItem { id, ..Default::default() });
+        // Rule 1 on the session, or our own epoch that we stopped acting for.
+        let alive = item.expires_at_ms.is_some_and(|exp| exp >= claim_cutoff(now, &self.config));
+        if alive && previous != Some(item.fence) {
+            return Err(Error::Held { owner: owner.to_string(), expires_at_ms: item.expires_at_ms.unwrap_or(0) });
+        }
+        item.fence += 1;
+        item.expires_at_ms = Some(expiry_for(now, &self.config));
+        self.sessions.lock().expect("memory store poisoned").listed.insert(key);
+        Ok(Session {
+            owner: owner.to_string(),
+            epoch: item.fence,
+            expires_at_ms: expiry_for(now, &self.config),
+            deadline_mono_ms: deadline(sent, &self.config),
+        })
+    }
+
+    async fn renew_session(&self, session: &mut Session) -> Result<()> {
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        if session.is_past_deadline(sent) {
+            return Err(self.session_lost(&session.owner));
+        }
+        let key = self.config.key(&self.config.session_id(&session.owner));
+        let mut items = self.items.lock().expect("memory store poisoned");
+        match items.get_mut(&key) {
+            Some(item) if item.fence == session.epoch => {
+                item.expires_at_ms = Some(expiry_for(now, &self.config));
+                session.expires_at_ms = expiry_for(now, &self.config);
+                session.deadline_mono_ms = deadline(sent, &self.config);
+                Ok(())
+            }
+            _ => Err(self.session_lost(&session.owner)),
+        }
+    }
+
+    async fn end_session(&self, session: &Session) -> Result<()> {
+        let key = self.config.key(&self.config.session_id(&session.owner));
+        let mut items = self.items.lock().expect("memory store poisoned");
+        match items.get_mut(&key) {
+            Some(item) if item.fence == session.epoch => {
+                item.expires_at_ms = Some(0);
+                Ok(())
+            }
+            _ => Err(self.session_lost(&session.owner)),
+        }
+    }
+
+    async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
+        validate_id("owner", owner)?;
+        let cutoff = claim_cutoff(self.clock.now_ms(), &self.config);
+        let key = self.config.key(&self.config.session_id(owner));
+        let items = self.items.lock().expect("memory store poisoned");
+        let dead = items.get(&key).is_some_and(|i| i.fence == epoch && i.expires_at_ms.is_some_and(|e| e < cutoff));
+        if dead {
+            self.sessions.lock().expect("memory store poisoned").listed.remove(&key);
+        }
+        Ok(dead)
+    }
+
+    async fn claim_in_session(&self, id: &str, session: &Session) -> Result<Lease> {
+        validate_id("id", id)?;
+        if session.is_past_deadline(self.clock.monotonic_ms()) {
+            return Err(self.session_lost(&session.owner));
+        }
+        let cutoff = claim_cutoff(self.clock.now_ms(), &self.config);
+        let key = self.config.key(id);
+        let mut items = self.items.lock().expect("memory store poisoned");
+        let mut state = self.sessions.lock().expect("memory store poisoned");
+        let current = items.get(&key).cloned().ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+        match current.desired_state {
+            None => return Err(Error::NotFound { id: id.to_string() }),
+            Some(DesiredState::Stopped) => return Err(Error::Stopped { id: id.to_string() }),
+            Some(DesiredState::Started) => {}
+        }
+        let exp = current.expires_at_ms.unwrap_or(0);
+        if exp >= cutoff {
+            let holder = current.owner.clone().unwrap_or_default();
+            let epoch = state.epochs.get(&key).copied();
+            let Some(epoch) = epoch.filter(|_| exp == HELD_UNDER_SESSION_MS && current.owner.is_some()) else {
+                return Err(Error::Held { owner: holder, expires_at_ms: exp });
+            };
+            if holder == session.owner && epoch == session.epoch {
+                return Err(Error::Held { owner: holder, expires_at_ms: session.expires_at_ms });
+            }
+            // Held under a session: takeable once that session is dead, gone, or another epoch.
+            if let Some(s) = self.session_item(&items, &holder) {
+                if s.fence == epoch && s.expires_at_ms.is_some_and(|e| e >= cutoff) {
+                    return Err(Error::Held { owner: holder, expires_at_ms: s.expires_at_ms.unwrap_or(0) });
+                }
+            }
+        }
+        let item = items.get_mut(&key).expect("item read above");
+        item.owner = Some(session.owner.clone());
+        item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);
+        item.fence += 1;
+        state.epochs.insert(key, session.epoch);
+        let mut lease = Lease::from_item(item.clone(), &session.owner, 0, &self.config);
+        session.cover(&mut lease);
+        Ok(lease)
+    }
+
+    async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
+        let items = self.items.lock().expect("memory store poisoned");
+        let state = self.sessions.lock().expect("memory store poisoned");
+        let mut found: Vec<SessionItem> = state
+            .listed
+            .iter()
+            .filter(|k| k.starts_with(&self.config.key_prefix))
+            .filter_map(|k| items.get(k))
+            .filter(|i| i.expires_at_ms.unwrap_or(0) < below_ms)
+            .filter_map(|i| {
+                Some(SessionItem {
+                    owner: self.config.session_owner(&i.id)?.to_string(),
+                    epoch: i.fence,
+                    expires_at_ms: i.expires_at_ms.unwrap_or(0),
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| (a.expires_at_ms, &a.owner).cmp(&(b.expires_at_ms, &b.owner)));
+        Ok(found)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{Clock, DesiredState, Lease, LeaseItem, Result, TableConfig};
+use crate::{Clock, DesiredState, Lease, LeaseItem, Result, Session, SessionItem, TableConfig};
 
 /// `Send + Sync` on native targets; nothing on wasm, where JavaScript promises are not `Send`.
 #[cfg(not(target_arch = "wasm32"))]
@@ -74,6 +74,41 @@ pub trait LeaseStore: MaybeSendSync {
     /// Every item under the key prefix (operators' listings).
     async fn items(&self) -> Result<Vec<LeaseItem>>;
 
+    /// Session mode: a new epoch of `owner`'s session. `Held` while a session of `owner` lives
+    /// by rule 1, unless it is the epoch `previous` this worker held and stopped acting for.
+    async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<Session> {
+        let _ = (owner, previous);
+        Err(unsupported())
+    }
+    /// Extends the session; `Lost` once it is not this epoch any more or the deadline passed.
+    async fn renew_session(&self, session: &mut Session) -> Result<()> {
+        let _ = session;
+        Err(unsupported())
+    }
+    /// Ends the session (expiry 0): every connection held under it is free for the fleet.
+    async fn end_session(&self, session: &Session) -> Result<()> {
+        let _ = session;
+        Err(unsupported())
+    }
+    /// Takes a dead session without connections out of the session listing; `false` when it
+    /// was not dead (renewed, or a new epoch).
+    async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
+        let _ = (owner, epoch);
+        Err(unsupported())
+    }
+    /// Session mode's claim of STARTED work: unowned work, or the work of a dead session (one
+    /// transaction checking that session). `Held` while the holder's session lives.
+    async fn claim_in_session(&self, id: &str, session: &Session) -> Result<Lease> {
+        let _ = (id, session);
+        Err(unsupported())
+    }
+    /// Session items whose expiry is below `below_ms` (a claim cutoff: the dead ones; `u64::MAX`:
+    /// all), oldest first.
+    async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
+        let _ = below_ms;
+        Err(unsupported())
+    }
+
     /// All orphans below `cutoff_ms`, up to `limit`, across pages.
     async fn orphans(&self, cutoff_ms: u64, limit: Option<usize>) -> Result<Vec<LeaseItem>> {
         let mut out = Vec::new();
@@ -92,6 +127,10 @@ pub trait LeaseStore: MaybeSendSync {
         }
         Ok(out)
     }
+}
+
+fn unsupported() -> crate::Error {
+    crate::Error::Store("this store has no session mode".into())
 }
 
 /// Validates a batch of ids and drops repeats, keeping the first order.

@@ -44,6 +44,12 @@ export interface LeaseCoordinatorProps {
   readonly renewInterval?: Duration;
   /** Largest clock difference between two workers that leases stay safe under. @default Duration.seconds(1) */
   readonly clockSkew?: Duration;
+  /**
+   * `per-item` renews every held item (the AWS reference design); `session` renews one session
+   * item per worker (session items live in the orphan index under their own partition value).
+   * @default 'per-item'
+   */
+  readonly leaseMode?: 'per-item' | 'session';
   /** @default 'leaselock' */
   readonly metricsNamespace?: string;
   /** @default Schedule.rate(Duration.minutes(1)) */
@@ -132,6 +138,8 @@ export class LeaseCoordinator extends Construct {
       LEASELOCK_LEASE_MS: String((props.leaseDuration ?? Duration.seconds(20)).toMilliseconds()),
       LEASELOCK_RENEW_MS: String((props.renewInterval ?? Duration.seconds(5)).toMilliseconds()),
       LEASELOCK_CLOCK_SKEW_MS: String((props.clockSkew ?? Duration.seconds(1)).toMilliseconds()),
+      // Only in session mode: per-item (the default) is what every process does without it.
+      ...(props.leaseMode === 'session' ? { LEASELOCK_MODE: 'session' } : {}),
       LEASELOCK_METRICS_NAMESPACE: this.metricsNamespace,
     };
 

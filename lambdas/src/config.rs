@@ -15,6 +15,8 @@ pub const RENEW_MS: &str = "LEASELOCK_RENEW_MS";
 pub const CLOCK_SKEW_MS: &str = "LEASELOCK_CLOCK_SKEW_MS";
 pub const METRICS_NAMESPACE: &str = "LEASELOCK_METRICS_NAMESPACE";
 pub const OPERATION_BUDGET_MS: &str = "LEASELOCK_OPERATION_BUDGET_MS";
+/// `per-item` (default) or `session`.
+pub const MODE: &str = "LEASELOCK_MODE";
 
 pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 
@@ -91,7 +93,14 @@ impl Config {
             .lease_duration(millis(LEASE_MS, 20_000)?)
             .renew_interval(millis(RENEW_MS, 5_000)?)
             .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?)
-            .operation_budget(millis(OPERATION_BUDGET_MS, 10_000)?);
+            .operation_budget(millis(OPERATION_BUDGET_MS, 10_000)?)
+            .mode(match get(MODE) {
+                None => leaselock::LeaseMode::PerItem,
+                Some(v) => leaselock::LeaseMode::parse(&v).ok_or_else(|| ConfigError::Invalid {
+                    var: MODE,
+                    message: format!("{v:?} is neither per-item nor session"),
+                })?,
+            });
         table.validate().map_err(|e| match e {
             leaselock::Error::InvalidInput { field, message } => {
                 let var = FIELD_VARS.iter().find(|(f, _)| *f == field).map_or(TABLE, |(_, var)| var);

@@ -103,6 +103,8 @@ pub struct Report {
     /// Items whose expiry was below this when the run started were orphans.
     pub cutoff_ms: u64,
     pub orphans: u64,
+    /// Session mode: work held under dead sessions (counted in `orphans` and hinted too).
+    pub dead_session_work: u64,
     pub hints_sent: u64,
     /// Hints still refused after every retry.
     pub hints_failed: u64,
@@ -340,13 +342,26 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
         count_within("owned", options.deadline, store.count_by_state(DesiredState::Started, Some(cutoff_ms))),
         count_within("stopped", options.deadline, store.count_by_state(DesiredState::Stopped, None)),
     );
-    let Hinted { orphans, tally, cut_short } = hinted?;
+    let Hinted { mut orphans, mut tally, cut_short } = hinted?;
+    // Session mode: the work of a dead session is orphaned too; the owner index lists it.
+    let mut dead_session_work = 0;
+    if store.config().mode == leaselock::LeaseMode::Session && !passed(options.deadline) {
+        match dead_sessions_work(store, cutoff_ms).await {
+            Ok(work) => {
+                dead_session_work = work.len() as u64;
+                orphans += dead_session_work;
+                tally = tally + send_hints(hints, &work, &options).await;
+            }
+            Err(e) => warn!(error = %e, "listing dead sessions failed; the next run tries again"),
+        }
+    }
     if let Some(why) = &cut_short {
         warn!(orphans, hints_sent = tally.sent, hints_deferred = tally.deferred, "run cut short: {why}");
     }
     Ok(Report {
         cutoff_ms,
         orphans,
+        dead_session_work,
         hints_sent: tally.sent,
         hints_failed: tally.failed,
         hints_deferred: tally.deferred,
@@ -357,6 +372,18 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
         owned,
         duration_ms: started_at.elapsed().as_millis() as u64,
     })
+}
+
+/// The STARTED work held under sessions that are dead by `cutoff_ms` (a query of the session
+/// partition, then the owner index per dead session).
+async fn dead_sessions_work<S: LeaseStore + ?Sized>(store: &S, cutoff_ms: u64) -> leaselock::Result<Vec<LeaseItem>> {
+    let mut work = Vec::new();
+    for dead in store.sessions(cutoff_ms).await? {
+        work.extend(
+            store.owned_by(&dead.owner).await?.into_iter().filter(|i| i.desired_state == Some(DesiredState::Started)),
+        );
+    }
+    Ok(work)
 }
 
 /// Time kept back from the Lambda's deadline for the in-flight requests, the metrics and the

@@ -78,6 +78,7 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
             last_seq: name("lastSeq", d.last_seq)?,
             fence: name("fence", d.fence)?,
             ttl: name("ttl", d.ttl)?,
+            session_epoch: d.session_epoch,
         });
     }
     config.validated()

@@ -19,7 +19,9 @@ use aws_sdk_dynamodb::Client;
 
 use crate::protocol::{self, Answer, Input, Operation, Output, Request, Step};
 use crate::store::{OrphanCursor, OrphanPage};
-use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, SystemClock, TableConfig};
+use crate::{
+    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SystemClock, TableConfig,
+};
 use convert::{from_sdk_item, names, to_sdk_item, values, Invalid};
 use errors::answer_of;
 
@@ -43,13 +45,38 @@ pub struct LeaseTable {
     client: Client,
     config: TableConfig,
     clock: Arc<dyn Clock>,
+    sent: Arc<RequestCounts>,
+}
+
+/// How many requests a [`LeaseTable`] (and its clones) sent, by DynamoDB operation: write cost
+/// measured from what was sent, not computed from the configuration.
+#[derive(Debug, Default)]
+pub struct RequestCounts {
+    counts: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+impl RequestCounts {
+    fn count(&self, request: &Request) {
+        *self.counts.lock().expect("counts poisoned").entry(request.operation()).or_default() += 1;
+    }
+
+    /// Requests sent so far, by operation name (`"UpdateItem"`, `"TransactWriteItems"`, ...).
+    pub fn snapshot(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.counts.lock().expect("counts poisoned").clone()
+    }
+
+    /// Write requests sent so far (UpdateItem and TransactWriteItems).
+    pub fn writes(&self) -> u64 {
+        let counts = self.counts.lock().expect("counts poisoned");
+        ["UpdateItem", "TransactWriteItems", "PutItem", "DeleteItem"].iter().filter_map(|k| counts.get(k)).sum()
+    }
 }
 
 impl LeaseTable {
     /// A store over `client`; the config is validated first.
     pub fn new(client: Client, config: TableConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self { client, config, clock: Arc::new(SystemClock) })
+        Ok(Self { client, config, clock: Arc::new(SystemClock), sent: Arc::default() })
     }
 
     /// A store with the SDK's default configuration (environment, profile; `AWS_ENDPOINT_URL`).
@@ -68,6 +95,11 @@ impl LeaseTable {
         &self.client
     }
 
+    /// The requests this table and its clones sent.
+    pub fn requests_sent(&self) -> &RequestCounts {
+        &self.sent
+    }
+
     /// Creates the table, its sparse orphan and owner indexes and TTL on `ttl`; waits until all
     /// are active. A table that exists is kept; the owner index is added when it lacks it.
     pub async fn create_table(&self) -> Result<()> {
@@ -76,7 +108,7 @@ impl LeaseTable {
 
     /// Runs one protocol operation to its end on this table's client and clock.
     pub async fn run<O: Operation>(&self, op: O) -> Result<O::Output> {
-        drive(&self.client, &*self.clock, op, &[]).await
+        drive(&self.client, &*self.clock, op, &[], Some(&self.sent)).await
     }
 }
 
@@ -87,6 +119,7 @@ pub(crate) async fn drive<O: Operation>(
     clock: &dyn Clock,
     mut op: O,
     extra: &[sdk::TransactWriteItem],
+    counts: Option<&RequestCounts>,
 ) -> Result<O::Output> {
     let mut answer = None;
     loop {
@@ -98,6 +131,9 @@ pub(crate) async fn drive<O: Operation>(
         };
         match op.next(input) {
             Step::Send { request, attempt_timeout_ms } => {
+                if let Some(counts) = counts {
+                    counts.count(&request);
+                }
                 answer = Some(execute(client, request, Duration::from_millis(attempt_timeout_ms), extra).await);
             }
             Step::Sleep { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
@@ -438,6 +474,31 @@ impl LeaseStore for LeaseTable {
 
     async fn items(&self) -> Result<Vec<LeaseItem>> {
         self.run(protocol::Items::new(&self.config)).await
+    }
+
+    async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<Session> {
+        self.run(protocol::CreateSession::new(&self.config, owner, previous)?).await
+    }
+
+    async fn renew_session(&self, session: &mut Session) -> Result<()> {
+        *session = self.run(protocol::RenewSession::new(&self.config, session)).await?;
+        Ok(())
+    }
+
+    async fn end_session(&self, session: &Session) -> Result<()> {
+        self.run(protocol::EndSession::new(&self.config, session)).await
+    }
+
+    async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
+        self.run(protocol::RetireSession::new(&self.config, owner, epoch)?).await
+    }
+
+    async fn claim_in_session(&self, id: &str, session: &Session) -> Result<Lease> {
+        self.run(protocol::ClaimInSession::new(&self.config, id, session)?).await
+    }
+
+    async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
+        self.run(protocol::Sessions::new(&self.config, below_ms)).await
     }
 }
 

@@ -9,7 +9,7 @@ use super::value::{is_own, item_from_attrs, key, n, s, Item};
 use super::{read_answer, Budget, Input, Operation, Step};
 use crate::config::validate_id;
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
-use crate::{DesiredState, LeaseItem, TableConfig};
+use crate::{DesiredState, LeaseItem, SessionItem, TableConfig};
 
 /// BatchGetItem's limit of keys per request.
 pub const BATCH_GET_MAX: usize = 100;
@@ -212,6 +212,71 @@ impl Operation for OrphansPage {
         });
         let items = own_items(&self.config, out.items.unwrap_or_default());
         Step::Done(OrphanPage { items, next })
+    }
+}
+
+/// `sessions`: the session items whose expiry is below `below_ms` (dead sessions with a claim
+/// cutoff; every session with `u64::MAX`), oldest first. A Query of the orphan index's session
+/// partition, every page: sessions are found without a scan.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    config: TableConfig,
+    query: Query,
+    found: Vec<SessionItem>,
+    reads: Reads,
+}
+
+impl Sessions {
+    pub fn new(config: &TableConfig, below_ms: u64) -> Self {
+        let a = &config.attributes;
+        let query = Query {
+            table_name: config.table_name.clone(),
+            index_name: Some(config.index_name.clone()),
+            key_condition_expression: "#ds = :session AND #exp < :below".into(),
+            expression_attribute_names: BTreeMap::from([
+                ("#ds".into(), a.desired_state.clone()),
+                ("#exp".into(), a.expires_at_ms.clone()),
+            ]),
+            expression_attribute_values: Item::from([
+                (":session".into(), s(&config.session_partition)),
+                // DynamoDB numbers are decimals: u64::MAX is a valid bound.
+                (":below".into(), n(below_ms)),
+            ]),
+            limit: None,
+            exclusive_start_key: None,
+        };
+        Self {
+            config: config.clone(),
+            reads: Reads::new(config, Request::Query(query.clone())),
+            query,
+            found: Vec::new(),
+        }
+    }
+}
+
+impl Operation for Sessions {
+    type Output = Vec<SessionItem>;
+    fn next(&mut self, mut input: Input) -> Step<Vec<SessionItem>> {
+        let out = match self.reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        for item in own_items(&self.config, out.items.clone().unwrap_or_default()) {
+            if let Some(owner) = self.config.session_owner(&item.id) {
+                self.found.push(SessionItem {
+                    owner: owner.to_string(),
+                    epoch: item.fence,
+                    expires_at_ms: item.expires_at_ms.unwrap_or(0),
+                });
+            }
+        }
+        if let Some(start) = next_start(&out) {
+            let query = Query { exclusive_start_key: Some(start), ..self.query.clone() };
+            return self.reads.then(&input, Request::Query(query));
+        }
+        let mut found = std::mem::take(&mut self.found);
+        found.sort_by(|a, b| (a.expires_at_ms, &a.owner).cmp(&(b.expires_at_ms, &b.owner)));
+        Step::Done(found)
     }
 }
 

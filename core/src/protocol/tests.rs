@@ -762,3 +762,283 @@ fn create_table_adds_the_owner_index_to_a_table_that_lacks_it() {
     op.next(at(CREATE_TABLE_WAIT_MS + 10));
     assert_eq!(summary(op.next(at(CREATE_TABLE_WAIT_MS + 11).with(describe("CREATING", &[])))), "fail Store");
 }
+
+/// Session mode: every operation over every answer kind.
+mod session {
+    use super::*;
+    use crate::lease::HELD_UNDER_SESSION_MS;
+    use crate::Session;
+
+    fn session(deadline: u64) -> Session {
+        Session { owner: "me".into(), epoch: 3, expires_at_ms: NOW + 20_000, deadline_mono_ms: deadline }
+    }
+
+    fn session_item(exp: u64, epoch: u64) -> Item {
+        let mut item = key(&cfg(), "session/old");
+        item.insert("lease_expires_at_ms".into(), n(exp));
+        item.insert("fence".into(), n(epoch));
+        item.insert("desired_state".into(), s("SESSION"));
+        item
+    }
+
+    /// A connection held under `owner`'s session `epoch`.
+    fn held_under(owner: &str, epoch: u64, fence: u64) -> Item {
+        let mut item = stored("c1", Some(owner), Some(HELD_UNDER_SESSION_MS), fence, Some(DesiredState::Started));
+        item.insert("session_epoch".into(), n(epoch));
+        item.insert("last_seq".into(), n(41));
+        item
+    }
+
+    fn ok_attrs(attrs: Item) -> Answer {
+        Answer::Ok(Output { attributes: Some(attrs), ..Output::default() })
+    }
+
+    fn ok_item(item: Option<Item>) -> Answer {
+        Answer::Ok(Output { item, ..Output::default() })
+    }
+
+    fn reason(code: &str, item: Option<Item>) -> CancellationReason {
+        CancellationReason { code: Some(code.into()), message: None, item }
+    }
+
+    #[test]
+    fn create_session_writes_the_session_partition_and_bumps_the_epoch() {
+        let mut op = CreateSession::new(&cfg(), "me", Some(2)).unwrap();
+        let u = update_of(op.next(at(10)));
+        assert_eq!(u.key, key(&cfg(), "session/me"));
+        assert_eq!(u.update_expression, "SET #exp = :exp, #ds = :partition ADD #fence :one");
+        assert_eq!(
+            u.condition_expression.as_deref(),
+            Some("(attribute_not_exists(#exp) OR #exp < :cutoff) OR #fence = :previous")
+        );
+        assert_eq!(u.expression_attribute_values[":partition"], s("SESSION"));
+        assert_eq!(u.expression_attribute_values[":cutoff"], n(NOW + 10 - 1_000));
+        let mut item = key(&cfg(), "session/me");
+        item.insert("fence".into(), n(3));
+        item.insert("lease_expires_at_ms".into(), n(NOW + 10 + 20_000));
+        let s = done(op.next(at(30).with(ok_attrs(item.clone()))));
+        assert_eq!((s.epoch, s.expires_at_ms, s.deadline_mono_ms), (3, NOW + 20_010, 10 + 19_000));
+
+        // Alive by rule 1: Held with its expiry, nothing more sent.
+        let mut op = CreateSession::new(&cfg(), "me", None).unwrap();
+        assert!(update_of(op.next(at(0))).condition_expression.unwrap().ends_with("< :cutoff)"));
+        let e = failed(op.next(at(5).with(Answer::ConditionFailed { item: Some(item.clone()) })));
+        assert!(matches!(e, Error::Held { expires_at_ms, .. } if expires_at_ms == NOW + 20_010));
+
+        // Ambiguous: a re-read showing our expiry is our epoch, counted from that send.
+        let mut op = CreateSession::new(&cfg(), "me", None).unwrap();
+        update_of(op.next(at(10)));
+        assert_eq!(summary(op.next(at(2_010).with(Answer::Ambiguous("timeout".into())))), "reread");
+        let s = done(op.next(at(2_020).with(ok_item(Some(item.clone())))));
+        assert_eq!((s.epoch, s.deadline_mono_ms), (3, 19_010));
+        // ... and one without it is retried after a pause.
+        let mut op = CreateSession::new(&cfg(), "me", None).unwrap();
+        update_of(op.next(at(0)));
+        op.next(at(2_000).with(Answer::Ambiguous("timeout".into())));
+        assert_eq!(summary(op.next(at(2_010).with(ok_item(None)))), "sleep");
+        assert_eq!(summary(op.next(at(2_600))), "send UpdateItem");
+        // Throttled: retried; denied: failed.
+        let mut op = CreateSession::new(&cfg(), "me", None).unwrap();
+        op.next(at(0));
+        assert_eq!(summary(op.next(at(5).with(Answer::Throttled("slow down".into())))), "sleep");
+        let mut op = CreateSession::new(&cfg(), "me", None).unwrap();
+        op.next(at(0));
+        assert_eq!(summary(op.next(at(5).with(Answer::AccessDenied("no".into())))), "fail AccessDenied");
+    }
+
+    #[test]
+    fn renew_session_moves_the_deadline_or_loses_the_session() {
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        let u = update_of(op.next(at(5_000)));
+        assert_eq!(u.condition_expression.as_deref(), Some("#fence = :epoch"));
+        assert_eq!(u.expression_attribute_values[":epoch"], n(3));
+        let s = done(op.next(at(5_040).with(ok_attrs(Item::new()))));
+        assert_eq!((s.deadline_mono_ms, s.expires_at_ms), (24_000, NOW + 25_000));
+        // Another epoch (or gone): Lost.
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        op.next(at(5_000));
+        assert_eq!(summary(op.next(at(5_010).with(Answer::ConditionFailed { item: None }))), "fail Lost");
+        // Past the deadline: Lost without a request.
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        assert_eq!(summary(op.next(at(19_000))), "fail Lost");
+        // Throttled until the deadline: Lost.
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        op.next(at(18_990));
+        assert_eq!(summary(op.next(at(18_995).with(Answer::Throttled("slow".into())))), "fail Lost");
+        // Ambiguous, then a re-read with our expiry and epoch: renewed from that send.
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        op.next(at(5_000));
+        assert_eq!(summary(op.next(at(7_000).with(Answer::Ambiguous("5xx".into())))), "reread");
+        let item = session_item(NOW + 25_000, 3);
+        assert_eq!(done(op.next(at(7_010).with(ok_item(Some(item))))).deadline_mono_ms, 24_000);
+        // ... a re-read of another epoch: Lost.
+        let mut op = RenewSession::new(&cfg(), &session(19_000));
+        op.next(at(5_000));
+        op.next(at(7_000).with(Answer::Ambiguous("5xx".into())));
+        let item = session_item(NOW + 25_000, 4);
+        assert_eq!(summary(op.next(at(7_010).with(ok_item(Some(item))))), "fail Lost");
+    }
+
+    #[test]
+    fn end_and_retire_session() {
+        let mut op = EndSession::new(&cfg(), &session(19_000));
+        let u = update_of(op.next(at(0)));
+        assert_eq!(
+            (u.update_expression.as_str(), u.condition_expression.as_deref()),
+            ("SET #exp = :zero", Some("#fence = :epoch"))
+        );
+        assert_eq!(summary(op.next(at(5).with(Answer::Ambiguous("timeout".into())))), "sleep");
+        assert_eq!(summary(op.next(at(600))), "send UpdateItem");
+        done(op.next(at(610).with(ok_attrs(Item::new()))));
+        let mut op = EndSession::new(&cfg(), &session(19_000));
+        op.next(at(0));
+        assert_eq!(summary(op.next(at(5).with(Answer::ConditionFailed { item: None }))), "fail Lost");
+
+        let mut op = RetireSession::new(&cfg(), "old", 7).unwrap();
+        let u = update_of(op.next(at(0)));
+        assert_eq!(u.update_expression, "REMOVE #ds");
+        assert_eq!(u.condition_expression.as_deref(), Some("#fence = :epoch AND #exp < :cutoff"));
+        assert!(done(op.next(at(5).with(ok_attrs(Item::new())))));
+        let mut op = RetireSession::new(&cfg(), "old", 7).unwrap();
+        op.next(at(0));
+        assert!(!done(op.next(at(5).with(Answer::ConditionFailed { item: None }))));
+    }
+
+    #[test]
+    fn claiming_unowned_work_sets_owner_epoch_fence_and_the_sentinel() {
+        let mut op = ClaimInSession::new(&cfg(), "c1", &session(19_000)).unwrap();
+        let u = update_of(op.next(at(100)));
+        assert_eq!(u.update_expression, "SET #owner = :me, #epoch = :epoch, #exp = :held ADD #fence :one");
+        assert_eq!(
+            u.condition_expression.as_deref(),
+            Some("(attribute_not_exists(#exp) OR #exp < :cutoff) AND #ds = :started")
+        );
+        assert_eq!(u.expression_attribute_values[":held"], n(HELD_UNDER_SESSION_MS));
+        assert_eq!(u.expression_attribute_names["#epoch"], "session_epoch");
+        let mut new = held_under("me", 3, 5);
+        new.remove("last_seq");
+        let lease = done(op.next(at(120).with(ok_attrs(new))));
+        assert_eq!((lease.fence, lease.expires_at_ms, lease.deadline_mono_ms), (5, HELD_UNDER_SESSION_MS, 19_000));
+        // Past the session's deadline: nothing is sent.
+        let mut op = ClaimInSession::new(&cfg(), "c1", &session(19_000)).unwrap();
+        assert_eq!(summary(op.next(at(19_000))), "fail Lost");
+    }
+
+    #[test]
+    fn refusals_name_what_holds_the_work() {
+        let fail_with = |old: Option<Item>| {
+            let mut op = ClaimInSession::new(&cfg(), "c1", &session(19_000)).unwrap();
+            op.next(at(0));
+            summary(op.next(at(5).with(Answer::ConditionFailed { item: old })))
+        };
+        assert_eq!(fail_with(None), "fail NotFound");
+        assert_eq!(fail_with(Some(stored("c1", None, Some(0), 0, None))), "fail NotFound");
+        assert_eq!(fail_with(Some(stored("c1", None, Some(0), 0, Some(DesiredState::Stopped)))), "fail Stopped");
+        // A per-item lease that has not expired.
+        assert_eq!(
+            fail_with(Some(stored("c1", Some("b"), Some(NOW + 9_000), 2, Some(DesiredState::Started)))),
+            "fail Held"
+        );
+        // Already ours under this epoch.
+        assert_eq!(fail_with(Some(held_under("me", 3, 4))), "fail Held");
+        // Held under another session: the takeover transaction.
+        assert_eq!(fail_with(Some(held_under("old", 7, 4))), "send TransactWriteItems");
+        // Ours under an older epoch: taken back the same way.
+        assert_eq!(fail_with(Some(held_under("me", 2, 4))), "send TransactWriteItems");
+    }
+
+    fn takeover() -> (ClaimInSession, TransactWriteItems) {
+        let mut op = ClaimInSession::new(&cfg(), "c1", &session(19_000)).unwrap();
+        op.next(at(0));
+        let (request, _) = sent(op.next(at(5).with(Answer::ConditionFailed { item: Some(held_under("old", 7, 4)) })));
+        let Request::TransactWriteItems(t) = request else { panic!("{request:?}") };
+        (op, t)
+    }
+
+    #[test]
+    fn a_dead_sessions_work_is_taken_by_one_transaction() {
+        let (mut op, t) = takeover();
+        assert_eq!(t.transact_items.len(), 2);
+        let check = t.transact_items[0].condition_check.as_ref().unwrap();
+        assert_eq!(check.key, key(&cfg(), "session/old"));
+        assert_eq!(check.condition_expression, "attribute_not_exists(#pk) OR #exp < :cutoff OR #fence <> :epoch");
+        assert_eq!(check.expression_attribute_values[":epoch"], n(7));
+        assert_eq!(check.expression_attribute_values[":cutoff"], n(NOW + 5 - 1_000));
+        let update = t.transact_items[1].update.as_ref().unwrap();
+        assert_eq!(
+            update.condition_expression.as_deref(),
+            Some("#owner = :old_owner AND #epoch = :old_epoch AND #fence = :old_fence AND #ds = :started")
+        );
+        assert_eq!(update.expression_attribute_values[":old_fence"], n(4));
+        assert_eq!(update.expression_attribute_values[":epoch"], n(3));
+        let lease = done(op.next(at(50).with(Answer::Ok(Output::default()))));
+        assert_eq!((lease.fence, lease.owner.as_str(), lease.last_seq), (5, "me", Some(41)));
+        assert_eq!(lease.deadline_mono_ms, 19_000);
+    }
+
+    #[test]
+    fn a_takeover_refused_or_raced_decides_again() {
+        // The old session lives: Held until its expiry.
+        let (mut op, _) = takeover();
+        let reasons = vec![reason("ConditionalCheckFailed", Some(session_item(NOW + 7_000, 7))), reason("None", None)];
+        let e = failed(op.next(at(50).with(Answer::TransactionCanceled { reasons })));
+        assert!(
+            matches!(e, Error::Held { ref owner, expires_at_ms } if owner == "old" && expires_at_ms == NOW + 7_000),
+            "{e:?}"
+        );
+        // The connection was released in between: claimed as unowned work at once.
+        let (mut op, _) = takeover();
+        let released = stored("c1", Some("old"), Some(0), 4, Some(DesiredState::Started));
+        let reasons = vec![reason("None", None), reason("ConditionalCheckFailed", Some(released))];
+        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "send UpdateItem");
+        // Claimed by a third worker in between (a live per-item lease): Held.
+        let (mut op, _) = takeover();
+        let taken = stored("c1", Some("x"), Some(NOW + 19_000), 5, Some(DesiredState::Started));
+        let reasons = vec![reason("None", None), reason("ConditionalCheckFailed", Some(taken))];
+        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "fail Held");
+        // A transaction conflict: retried after a pause, the same transaction.
+        let (mut op, _) = takeover();
+        let reasons = vec![reason("TransactionConflict", None), reason("None", None)];
+        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
+        assert_eq!(summary(op.next(at(600))), "send TransactWriteItems");
+        // Ambiguous: a re-read showing our claim is the lease.
+        let (mut op, _) = takeover();
+        assert_eq!(summary(op.next(at(2_000).with(Answer::Ambiguous("timeout".into())))), "reread");
+        let lease = done(op.next(at(2_010).with(ok_item(Some(held_under("me", 3, 5))))));
+        assert_eq!(lease.fence, 5);
+        // ... one showing it did not land: the decision again, after a pause.
+        let (mut op, _) = takeover();
+        op.next(at(2_000).with(Answer::Ambiguous("timeout".into())));
+        assert_eq!(summary(op.next(at(2_010).with(ok_item(Some(held_under("old", 7, 4)))))), "sleep");
+        assert_eq!(summary(op.next(at(2_500))), "send TransactWriteItems");
+        // Throttled, access denied, table gone.
+        let (mut op, _) = takeover();
+        assert_eq!(summary(op.next(at(50).with(Answer::Throttled("slow".into())))), "sleep");
+        let (mut op, _) = takeover();
+        assert_eq!(summary(op.next(at(50).with(Answer::AccessDenied("no".into())))), "fail AccessDenied");
+        let (mut op, _) = takeover();
+        assert_eq!(summary(op.next(at(50).with(Answer::ResourceNotFound("gone".into())))), "fail TableNotFound");
+    }
+
+    #[test]
+    fn sessions_are_a_query_of_the_session_partition() {
+        let mut op = Sessions::new(&cfg(), NOW);
+        let (request, _) = sent(op.next(at(0)));
+        let Request::Query(q) = request else { panic!() };
+        assert_eq!(q.index_name.as_deref(), Some(crate::config::DEFAULT_INDEX_NAME));
+        assert_eq!(q.key_condition_expression, "#ds = :session AND #exp < :below");
+        let mut other = session_item(NOW - 50_000, 2);
+        other.insert("connection_id".into(), s("session/a"));
+        let page = Output {
+            items: Some(vec![session_item(NOW - 9_000, 7)]),
+            last_evaluated_key: Some(key(&cfg(), "session/old")),
+            ..Output::default()
+        };
+        let (request, _) = sent(op.next(at(10).with(Answer::Ok(page))));
+        let Request::Query(q2) = request else { panic!() };
+        assert!(q2.exclusive_start_key.is_some());
+        let found = done(op.next(at(20).with(Answer::Ok(Output { items: Some(vec![other]), ..Output::default() }))));
+        let owners: Vec<_> = found.iter().map(|s| (s.owner.as_str(), s.epoch)).collect();
+        assert_eq!(owners, [("a", 2), ("old", 7)], "oldest first");
+    }
+}

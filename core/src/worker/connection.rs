@@ -44,12 +44,15 @@ pub(crate) struct Held {
     pub(crate) cancel: Cancel,
     /// The local deadline of the last successful renewal, monotonic ms (readable without the lock).
     pub(crate) deadline_mono_ms: AtomicU64,
+    /// Session mode: the epoch of the session it was claimed under.
+    pub(crate) session_epoch: Option<u64>,
 }
 
 impl Held {
-    pub(crate) fn new(lease: Lease) -> Self {
+    pub(crate) fn new(lease: Lease, session_epoch: Option<u64>) -> Self {
         Self {
             id: lease.id.clone(),
+            session_epoch,
             deadline_mono_ms: AtomicU64::new(lease.deadline_mono_ms),
             lease: tokio::sync::Mutex::new(lease),
             cancel: Cancel::default(),
@@ -161,8 +164,10 @@ impl Connection {
     /// stuck in the network holds the lock until then), and checks it may act once it has it.
     pub(crate) async fn lock_to_act(&self) -> Result<tokio::sync::MutexGuard<'_, Lease>> {
         self.ensure_may_act()?;
-        let lease = self.by_deadline(async { Ok(self.held.lease.lock().await) }).await?;
+        let mut lease = self.by_deadline(async { Ok(self.held.lease.lock().await) }).await?;
         self.ensure_may_act()?;
+        // In session mode the session's renewals move the deadline, not the lease's own.
+        lease.deadline_mono_ms = lease.deadline_mono_ms.max(self.held.deadline_mono_ms());
         Ok(lease)
     }
 

@@ -52,7 +52,13 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
     // the middle of a request holds the lease's lock.
     let end = {
         let ended = wait_for_handler(&mut handler.0, &held, inner.settings.handler_grace);
-        let renewing = renew_until_lost(&inner, &held);
+        let renewing = async {
+            if inner.session_mode() {
+                hold_until_deadline(&inner, &held).await
+            } else {
+                renew_until_lost(&inner, &held).await
+            }
+        };
         tokio::pin!(ended, renewing);
         tokio::select! {
             end = &mut ended => end,
@@ -80,7 +86,9 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
         inner.counters.add(&inner.counters.leases_lost, 1);
         warn!(connection_id = %id, reason = ?reason, "lease lost");
     }
-    if should_release(reason) {
+    // Session mode: at shutdown one session write frees everything (after every handler ended).
+    let session_end = inner.session_mode() && reason == Some(CancelReason::Shutdown);
+    if should_release(reason) && !session_end {
         let lease = held.lease.lock().await;
         match store.release(&lease).await {
             Ok(()) => {
@@ -130,6 +138,29 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(s) => *s,
         Err(payload) => payload.downcast::<&'static str>().map(|s| s.to_string()).unwrap_or_else(|_| "panic".into()),
+    }
+}
+
+/// Session mode: nothing is renewed per connection; the session's renewals move the deadline.
+/// Cancels the token at the deadline (rule 2), or returns once it has fired for another reason.
+async fn hold_until_deadline(inner: &Inner, held: &Held) {
+    let store = &*inner.store;
+    loop {
+        let deadline = held.deadline_mono_ms();
+        if store.clock().monotonic_ms() >= deadline {
+            held.cancel.cancel(CancelReason::Deadline);
+            return;
+        }
+        tokio::select! {
+            () = sleep_until_mono(store, deadline) => {}
+            () = held.cancel.token().cancelled() => {
+                // Stopped or shutdown: the work stays ours while the handler winds down.
+                if !matches!(held.cancel.reason(), Some(CancelReason::Stopped | CancelReason::Shutdown)) {
+                    return;
+                }
+                sleep_until_mono(store, held.deadline_mono_ms()).await;
+            }
+        }
     }
 }
 

@@ -40,6 +40,7 @@ pub use hints::POLL_ANSWER_MARGIN;
 mod lease_task;
 mod reconcile;
 mod report;
+mod session;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -58,7 +59,7 @@ pub use connection::Connection;
 pub use decide::CancelReason;
 
 use crate::config::validate_id;
-use crate::{Error, LeaseStore, Result};
+use crate::{Error, LeaseMode, LeaseStore, Result, Session};
 use connection::Held;
 use decide::{claim_failure, is_fleet_work, ClaimFailure};
 use report::{Counters, Reporter};
@@ -217,6 +218,8 @@ impl WorkerBuilder {
             new_leases,
             hand_over: self.hints.clone(),
             poll_orphans_now: tokio::sync::Notify::new(),
+            session: Mutex::new(None),
+            reclaim_own: std::sync::atomic::AtomicBool::new(false),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
         Ok(Worker {
@@ -281,9 +284,55 @@ pub(crate) struct Inner {
     pub(crate) hand_over: Option<HintQueue>,
     /// Wakes the orphan loop early (hints arrived: more work may be waiting in the index).
     pub(crate) poll_orphans_now: tokio::sync::Notify,
+    /// Session mode: the live session, if any.
+    session: Mutex<Option<Session>>,
+    /// Session mode: a new epoch was opened; the orphan loop claims back our older epochs' work.
+    pub(crate) reclaim_own: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
+    pub(crate) fn session_mode(&self) -> bool {
+        self.store.config().mode == LeaseMode::Session
+    }
+
+    /// The live session (session mode).
+    pub(crate) fn current_session(&self) -> Option<Session> {
+        self.session.lock().expect("session poisoned").clone()
+    }
+
+    /// A renewed (or new) session: every connection held under it acts until its new deadline.
+    pub(crate) fn set_session(&self, session: Option<Session>) {
+        let leases = self.leases.lock().expect("leases poisoned");
+        if let Some(s) = &session {
+            for t in leases.by_id.values() {
+                if let Tracked::Held(h) = t {
+                    // Only work claimed under this epoch and not already given up moves along.
+                    let ended = matches!(h.cancel.reason(), Some(CancelReason::Deadline | CancelReason::Lost));
+                    if h.session_epoch == Some(s.epoch) && !ended {
+                        h.deadline_mono_ms.fetch_max(s.deadline_mono_ms, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        *self.session.lock().expect("session poisoned") = session;
+    }
+
+    /// Rule 2 on the session: its deadline passed (or it was lost), so every handler stops.
+    pub(crate) fn lose_session(&self, reason: CancelReason) {
+        let leases = self.leases.lock().expect("leases poisoned");
+        *self.session.lock().expect("session poisoned") = None;
+        for t in leases.by_id.values() {
+            if let Tracked::Held(h) = t {
+                h.cancel.cancel(reason);
+            }
+        }
+    }
+
+    /// Ids held or being claimed here.
+    pub(crate) fn tracked(&self) -> usize {
+        self.leases.lock().expect("leases poisoned").by_id.len()
+    }
+
     /// Whether `id` is held or being claimed here.
     pub(crate) fn is_tracked(&self, id: &str) -> bool {
         self.leases.lock().expect("leases poisoned").by_id.contains_key(id)
@@ -304,7 +353,15 @@ impl Inner {
             }
             leases.by_id.insert(id.to_string(), Tracked::Claiming);
         }
-        let acquired = self.store.acquire_started(id, &self.id).await;
+        let session = self.current_session();
+        let acquired = match (&session, self.session_mode()) {
+            (_, false) => self.store.acquire_started(id, &self.id).await,
+            (Some(session), true) => self.store.claim_in_session(id, session).await,
+            (None, true) => {
+                self.leases.lock().expect("leases poisoned").by_id.remove(id);
+                return Claim::Failed;
+            }
+        };
         let lease = match acquired {
             Ok(lease) if is_fleet_work(&lease) => lease,
             Ok(lease) => {
@@ -333,12 +390,17 @@ impl Inner {
             }
         };
         let fence = lease.fence;
-        let held = Arc::new(Held::new(lease));
+        let held = Arc::new(Held::new(lease, session.as_ref().map(|s| s.epoch)));
         {
             let mut leases = self.leases.lock().expect("leases poisoned");
             leases.by_id.insert(id.to_string(), Tracked::Held(held.clone()));
             if leases.stopping {
                 held.cancel.cancel(CancelReason::Shutdown);
+            }
+            // The session was lost (or a new epoch began) while the claim was in flight.
+            let epoch_now = self.session.lock().expect("session poisoned").as_ref().map(|s| s.epoch);
+            if self.session_mode() && epoch_now != held.session_epoch {
+                held.cancel.cancel(CancelReason::Deadline);
             }
         }
         self.counters.add(&self.counters.acquired, 1);
@@ -371,8 +433,8 @@ impl Inner {
         }
     }
 
-    /// Stops new claims from running and cancels every held lease's handler.
-    fn stop_all(&self) {
+    /// Stops new claims from running and cancels every held lease's handler; returns their ids.
+    fn stop_all(&self) -> Vec<String> {
         let held = {
             let mut leases = self.leases.lock().expect("leases poisoned");
             leases.stopping = true;
@@ -382,9 +444,10 @@ impl Inner {
                 .filter_map(|t| if let Tracked::Held(h) = t { Some(h.clone()) } else { None })
                 .collect::<Vec<_>>()
         };
-        for h in held {
+        for h in &held {
             h.cancel.cancel(CancelReason::Shutdown);
         }
+        held.iter().map(|h| h.id.clone()).collect()
     }
 
     fn snapshot(&self) -> WorkerSnapshot {
@@ -404,6 +467,8 @@ impl Inner {
             handler_panics: c.handler_panics,
             orphan_polls: c.orphan_polls,
             hints_received: c.hints_received,
+            session_epoch: self.current_session().map(|s| s.epoch),
+            session_takeovers: c.session_takeovers,
             stopping: self.shutdown.is_cancelled(),
         }
     }
@@ -426,6 +491,10 @@ pub struct WorkerSnapshot {
     pub handler_panics: u64,
     pub orphan_polls: u64,
     pub hints_received: u64,
+    /// Session mode: the epoch of the live session.
+    pub session_epoch: Option<u64>,
+    /// Session mode: connections claimed from dead sessions.
+    pub session_takeovers: u64,
     pub stopping: bool,
 }
 
@@ -529,12 +598,18 @@ impl Worker {
         let Worker { inner, mut new_leases, hints, reporter } = self;
         let reporter = Arc::new(reporter);
         let mut tasks = JoinSet::new();
+        let mut lease_tasks = JoinSet::new();
         tasks.spawn(reconcile::orphan_loop(inner.clone()));
         tasks.spawn(reconcile::desired_state_loop(inner.clone()));
         tasks.spawn(report::metrics_loop(inner.clone(), reporter.clone()));
         if let Some(queue) = hints {
             tasks.spawn(hints::hint_loop(inner.clone(), queue));
         }
+        let session_stop = CancellationToken::new();
+        // Dropping `run_until` (a crash) stops the heartbeat too.
+        let mut session_task = inner
+            .session_mode()
+            .then(|| AbortOnDrop(tokio::spawn(session::session_loop(inner.clone(), session_stop.clone()))));
         info!(worker_id = %inner.id, max_connections = inner.settings.max_connections, "worker started");
         tokio::pin!(shutdown);
         loop {
@@ -543,26 +618,43 @@ impl Worker {
                 () = &mut shutdown => break,
                 () = inner.shutdown.cancelled() => break,
                 Some((held, permit)) = new_leases.recv() => {
-                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
                 }
+                Some(joined) = lease_tasks.join_next() => log_task_end(joined),
                 Some(joined) = tasks.join_next() => log_task_end(joined),
             }
         }
         info!(worker_id = %inner.id, held = inner.held().len(), "shutting down");
         inner.shutdown.cancel();
-        inner.stop_all();
+        let held_at_shutdown = inner.stop_all();
+        // Session mode: the one session write frees everything, so it comes once no claim is in
+        // flight and every handler has returned (not after the loops: a long poll may be pending).
+        if let Some(task) = session_task.as_mut() {
+            while inner.tracked() > 0 || !new_leases.is_empty() {
+                tokio::select! {
+                    biased;
+                    Some((held, permit)) = new_leases.recv() => {
+                        lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                    }
+                    Some(joined) = lease_tasks.join_next() => log_task_end(joined),
+                    // A claim in flight sends no event when it fails: look again shortly.
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+            session_stop.cancel();
+            let _ = (&mut task.0).await;
+            end_session(&inner, &held_at_shutdown).await;
+        }
         // Claims already in flight still land (and are cancelled at once); every lease task
         // waits for its handler and releases its lease, all of them at the same time.
-        loop {
+        while !(tasks.is_empty() && lease_tasks.is_empty() && new_leases.is_empty()) {
             tokio::select! {
                 biased;
                 Some((held, permit)) = new_leases.recv() => {
-                    tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
+                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
                 }
-                joined = tasks.join_next() => match joined {
-                    Some(joined) => log_task_end(joined),
-                    None => break,
-                },
+                Some(joined) = lease_tasks.join_next(), if !lease_tasks.is_empty() => log_task_end(joined),
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => log_task_end(joined),
             }
         }
         let snapshot = inner.snapshot();
@@ -570,6 +662,29 @@ impl Worker {
         info!(worker_id = %inner.id, released = snapshot.released, "worker stopped");
         inner.finished.cancel();
         snapshot
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Session mode's graceful end: one write (session expiry 0) frees everything still held, then
+/// the work is hinted to the fleet. No per-connection write is waited for.
+async fn end_session(inner: &Inner, ids: &[String]) {
+    let Some(session) = inner.current_session() else { return };
+    match inner.store.end_session(&session).await {
+        Ok(()) => info!(worker_id = %inner.id, epoch = session.epoch, "session ended"),
+        Err(e) => warn!(worker_id = %inner.id, error = %e, "session end failed; it will expire"),
+    }
+    inner.set_session(None);
+    if let Some(queue) = &inner.hand_over {
+        futures::future::join_all(ids.iter().map(|id| hints::hand_over(queue, id))).await;
     }
 }
 

@@ -78,7 +78,50 @@ async fn poll_orphans(inner: &Inner) -> Result<u64> {
             .for_each(|_| async {})
             .await;
     }
+    if inner.session_mode() {
+        claim_dead_sessions(inner).await?;
+    }
     Ok(wake_in_ms)
+}
+
+/// Session mode: the connections of dead sessions (a query of the session partition, then the
+/// owner index per dead session) are claimed like orphans; a dead session left with none is
+/// retired so later queries skip it. Work of our own earlier epochs is claimed back too.
+async fn claim_dead_sessions(inner: &Inner) -> Result<()> {
+    let store = &*inner.store;
+    if inner.current_session().is_none() || inner.shutdown.is_cancelled() {
+        return Ok(());
+    }
+    let cutoff = crate::lease::claim_cutoff(store.clock().now_ms(), store.config());
+    let mut owners: Vec<(String, Option<u64>)> =
+        store.sessions(cutoff).await?.into_iter().map(|s| (s.owner, Some(s.epoch))).collect();
+    if inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        owners.push((inner.id.clone(), None));
+    }
+    for (owner, epoch) in owners {
+        if inner.shutdown.is_cancelled() || inner.permits.available_permits() == 0 {
+            return Ok(());
+        }
+        let owned = store.owned_by(&owner).await?;
+        if owned.is_empty() {
+            if let Some(epoch) = epoch.filter(|_| owner != inner.id) {
+                store.retire_session(&owner, epoch).await?;
+            }
+            continue;
+        }
+        let ids: Vec<String> = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
+        let claimed = futures::stream::iter(ids)
+            .map(|id| async move { inner.claim(&id, "dead session").await })
+            .buffer_unordered(CLAIM_CONCURRENCY)
+            .filter(|c| futures::future::ready(*c == super::Claim::Claimed))
+            .count()
+            .await;
+        if claimed > 0 {
+            info!(owner = %owner, claimed, "took over a dead session's work");
+            inner.counters.add(&inner.counters.session_takeovers, claimed as u64);
+        }
+    }
+    Ok(())
 }
 
 /// Every interval, one batched read of the desired state of every held lease; STOPPED cancels

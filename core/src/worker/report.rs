@@ -25,7 +25,9 @@ pub(crate) struct Counters {
     pub(crate) handler_panics: AtomicU64,
     pub(crate) orphan_polls: AtomicU64,
     pub(crate) hints_received: AtomicU64,
+    pub(crate) session_takeovers: AtomicU64,
     renew_latency_ms: Mutex<Vec<u64>>,
+    session_renew_latency_ms: Mutex<Vec<u64>>,
 }
 
 /// The counters' values at one moment.
@@ -40,6 +42,7 @@ pub(crate) struct Totals {
     pub(crate) handler_panics: u64,
     pub(crate) orphan_polls: u64,
     pub(crate) hints_received: u64,
+    pub(crate) session_takeovers: u64,
 }
 
 impl Counters {
@@ -58,6 +61,17 @@ impl Counters {
         std::mem::take(&mut *self.renew_latency_ms.lock().expect("latencies poisoned"))
     }
 
+    pub(crate) fn session_renew_latency(&self, ms: u64) {
+        let mut samples = self.session_renew_latency_ms.lock().expect("latencies poisoned");
+        if samples.len() < MAX_LATENCY_SAMPLES {
+            samples.push(ms);
+        }
+    }
+
+    fn take_session_latencies(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.session_renew_latency_ms.lock().expect("latencies poisoned"))
+    }
+
     pub(crate) fn totals(&self) -> Totals {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Totals {
@@ -70,6 +84,7 @@ impl Counters {
             handler_panics: get(&self.handler_panics),
             orphan_polls: get(&self.orphan_polls),
             hints_received: get(&self.hints_received),
+            session_takeovers: get(&self.session_takeovers),
         }
     }
 }
@@ -94,7 +109,7 @@ impl Reporter {
             let before = std::mem::replace(&mut *last, now);
             move |f: fn(&Totals) -> u64| f(&now).saturating_sub(f(&before))
         };
-        let line = Emf::new(&self.namespace)
+        let mut emf = Emf::new(&self.namespace)
             .dimension("Service", "worker")
             .dimension("WorkerId", inner.id.as_str())
             .count("ActiveConnections", inner.held().len() as u64)
@@ -104,8 +119,14 @@ impl Reporter {
             .count("LeasesLost", delta(|t| t.leases_lost))
             .count("Released", delta(|t| t.released))
             .count("HandlerFailures", delta(|t| t.handler_errors + t.handler_panics))
-            .milliseconds("RenewLatency", &inner.counters.take_latencies())
-            .to_line(inner.store.clock().now_ms());
+            .milliseconds("RenewLatency", &inner.counters.take_latencies());
+        if inner.store.config().mode == crate::LeaseMode::Session {
+            emf = emf
+                .count("Sessions", u64::from(inner.current_session().is_some()))
+                .milliseconds("SessionRenewLatency", &inner.counters.take_session_latencies())
+                .count("SessionTakeovers", delta(|t| t.session_takeovers));
+        }
+        let line = emf.to_line(inner.store.clock().now_ms());
         let mut writer = self.writer.lock().expect("metrics writer poisoned");
         if let Err(e) = writeln!(writer, "{line}").and_then(|()| writer.flush()) {
             warn!(error = %e, "metrics line not written");

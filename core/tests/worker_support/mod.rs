@@ -258,6 +258,36 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         self.reachable()?;
         self.inner.items().await
     }
+    async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<leaselock::Session> {
+        self.reachable()?;
+        if self.renew_hangs.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.create_session(owner, previous).await
+    }
+    async fn renew_session(&self, session: &mut leaselock::Session) -> Result<()> {
+        self.reachable()?;
+        if self.renew_hangs.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.renew_session(session).await
+    }
+    async fn end_session(&self, session: &leaselock::Session) -> Result<()> {
+        self.reachable()?;
+        self.inner.end_session(session).await
+    }
+    async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
+        self.reachable()?;
+        self.inner.retire_session(owner, epoch).await
+    }
+    async fn claim_in_session(&self, id: &str, session: &leaselock::Session) -> Result<Lease> {
+        self.reachable()?;
+        self.inner.claim_in_session(id, session).await
+    }
+    async fn sessions(&self, below_ms: u64) -> Result<Vec<leaselock::SessionItem>> {
+        self.reachable()?;
+        self.inner.sessions(below_ms).await
+    }
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
