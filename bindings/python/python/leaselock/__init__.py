@@ -23,6 +23,7 @@ from .errors import (
     Timeout,
     Unreachable,
 )
+from .election import Candidate, Lead, LeaderElector, Outcome, RedisElection, Term
 from .lease import AsyncLease, Lease, LeaseItem
 from .table import AsyncHold, AsyncLeaseTable, Hold, LeaseTable
 from .worker import Connection, Worker, WorkerSnapshot
@@ -32,9 +33,12 @@ __all__ = [
     "AsyncHold",
     "AsyncLease",
     "AsyncLeaseTable",
+    "Candidate",
     "Connection",
     "Hold",
     "InvalidInput",
+    "Lead",
+    "LeaderElector",
     "Lease",
     "LeaseHeld",
     "LeaseItem",
@@ -43,9 +47,12 @@ __all__ = [
     "LeaseNotFound",
     "LeaseStopped",
     "LeaseTable",
+    "Outcome",
+    "RedisElection",
     "SeqNotIncreasing",
     "StoreError",
     "TableNotFound",
+    "Term",
     "Throttled",
     "Timeout",
     "Unreachable",
