@@ -226,7 +226,7 @@ class RedisElection:
         lease_ms: int = 20000,
         renew_ms: int = 5000,
         clock_skew_ms: int = 1000,
-        key_prefix: str = "leaselock:",
+        key_prefix: str = ...,
     ) -> RedisElection: ...
     @property
     def lease_ms(self) -> int: ...
@@ -262,7 +262,7 @@ class LeaderElector:
         wait_ms: int = 0,
         min_lease_ms: int = 0,
         retry_ms: int = 200,
-        key_prefix: str = "",
+        key_prefix: str = ...,
         term_ms: Optional[int] = None,
     ) -> LeaderElector: ...
     @property
