@@ -308,3 +308,35 @@ def test_redis_settings_are_checked() -> None:
     assert e.value.field == "lease_ms"
     with pytest.raises(leaselock.Unreachable):
         leaselock.RedisElection("redis://127.0.0.1:1")
+
+
+def test_a_leader_steps_down_for_the_preferred_candidate(make: Callable[..., LeaderElector]) -> None:
+    strategy = ("preferred", "pref-low")
+
+    async def main() -> Tuple[Any, Any]:
+        entered = asyncio.Event()
+
+        async def hold(term: Term) -> str:
+            entered.set()
+            await asyncio.sleep(30)
+            return "never"
+
+        async def lead(term: Term) -> int:
+            return term.fence
+
+        high = asyncio.ensure_future(
+            make("pref-high", term_ms=1_000).run_if_elected(
+                "primary", hold, candidate=leaselock.Candidate(10.0), strategy=strategy
+            )
+        )
+        await asyncio.wait_for(entered.wait(), 10)
+        low = await make("pref-low", wait_ms=8_000, retry_ms=100).run_if_elected(
+            "primary", lead, candidate=leaselock.Candidate(1.0, load=0.5), strategy=strategy
+        )
+        return await high, low
+
+    high, low = asyncio.run(main())
+    # Alone, the highest score leads; once the preferred candidate registers, the leader is
+    # cancelled at its next term boundary and the preferred one is elected with a higher fence.
+    assert high.led and high.end == "stepped_down" and high.value is None
+    assert low.led and low.value == low.fence and low.fence > high.fence
