@@ -46,6 +46,7 @@ clock_skew_ms=1_000, key_prefix="leaselock:")``; connects at once."""
 __all__ = ["Candidate", "Lead", "LeaderElector", "Outcome", "RedisElection", "Term"]
 
 Action = Callable[[Term], Awaitable[Any]]
+Elected = Callable[..., Awaitable[Any]]
 Strategy = Union[str, Tuple[str, str]]
 
 
@@ -222,12 +223,12 @@ class LeaderElector:
             fn,
         )
 
-    def leader(self, name: str, *, slots: Optional[int] = None) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Outcome]]]:
+    def leader(self, name: str, *, slots: Optional[int] = None) -> Callable[[Elected], Callable[..., Awaitable[Outcome]]]:
         """Decorator: ``async def fn(term, *args, **kwargs)`` becomes ``async def fn(*args,
         **kwargs) -> Outcome`` that runs it only when elected for ``name`` (one of ``slots``
         when given)."""
 
-        def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Outcome]]:
+        def decorate(fn: Elected) -> Callable[..., Awaitable[Outcome]]:
             @functools.wraps(fn)
             async def elected(*args: Any, **kwargs: Any) -> Outcome:
                 def action(term: Term) -> Awaitable[Any]:
