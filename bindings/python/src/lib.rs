@@ -2,6 +2,7 @@
 //! only converts: arguments in, a core call, the result out. The public API is the pure-Python
 //! package `leaselock` around it.
 
+mod election;
 mod errors;
 mod fenced;
 mod lease;
@@ -106,5 +107,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::PyWorker>()?;
     m.add_class::<worker::PyConnection>()?;
     m.add_class::<worker::PyWorkerSnapshot>()?;
+    m.add_class::<election::PyLeaderElector>()?;
+    m.add_class::<election::PyRedisElection>()?;
+    m.add_class::<election::PyTerm>()?;
     Ok(())
 }

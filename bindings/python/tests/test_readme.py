@@ -15,9 +15,9 @@ from conftest import unique, wait_for
 README = Path(__file__).resolve().parents[3] / "README.md"
 
 
-def python_examples() -> List[str]:
+def python_examples(heading: str = "Python") -> List[str]:
     text = README.read_text()
-    section = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
@@ -47,3 +47,12 @@ def test_readme_examples_run() -> None:
     assert ns["last"].released == 2
     table = ns["leaselock"].LeaseTable(name)
     assert all(table.get(id).expires_at_ms == 0 for id in ("stream-1", "stream-2"))
+
+
+def test_readme_election_example_runs(capsys: Any) -> None:
+    (example,) = python_examples("Leader election")
+    name = unique("py-readme-election")
+    exec(compile(example.replace('"leases"', repr(name)), "README.md (election)", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out
+    assert "monday's report under fence 1" in out
+    assert "compacting under fence 1" in out

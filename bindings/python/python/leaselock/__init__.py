@@ -9,6 +9,7 @@ True
 """
 
 from .errors import *  # noqa: F403  (the exception tree, listed in errors.__all__)
+from .election import Candidate, Lead, LeaderElector, Outcome, RedisElection, Term
 from .lease import AsyncLease, Lease, LeaseItem
 from .table import AsyncHold, AsyncLeaseTable, Hold, LeaseTable
 from .worker import Connection, Worker, WorkerSnapshot
@@ -18,9 +19,12 @@ __all__ = [
     "AsyncHold",
     "AsyncLease",
     "AsyncLeaseTable",
+    "Candidate",
     "Connection",
     "Hold",
     "InvalidInput",
+    "Lead",
+    "LeaderElector",
     "Lease",
     "LeaseHeld",
     "LeaseItem",
@@ -29,9 +33,12 @@ __all__ = [
     "LeaseNotFound",
     "LeaseStopped",
     "LeaseTable",
+    "Outcome",
+    "RedisElection",
     "SeqNotIncreasing",
     "StoreError",
     "TableNotFound",
+    "Term",
     "Throttled",
     "Timeout",
     "Unreachable",

@@ -1,6 +1,6 @@
 """Type stubs of the native module (checked against it with mypy.stubtest)."""
 
-from typing import Any, Awaitable, Callable, Dict, List, Optional, final
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, final
 
 __all__ = [
     "LeaseLockError",
@@ -22,6 +22,9 @@ __all__ = [
     "Worker",
     "Connection",
     "WorkerSnapshot",
+    "LeaderElector",
+    "RedisElection",
+    "Term",
 ]
 
 class LeaseLockError(Exception): ...
@@ -213,3 +216,67 @@ class Worker:
     def snapshot(self) -> WorkerSnapshot: ...
     def shutdown(self) -> None: ...
     def serve_async(self, start: Callable[[Connection, Callable[[Optional[str]], None]], Any]) -> Awaitable[WorkerSnapshot]: ...
+
+@final
+class RedisElection:
+    def __new__(
+        cls,
+        url: str,
+        *,
+        lease_ms: int = 20000,
+        renew_ms: int = 5000,
+        clock_skew_ms: int = 1000,
+        key_prefix: str = ...,
+    ) -> RedisElection: ...
+    @property
+    def lease_ms(self) -> int: ...
+    @property
+    def renew_ms(self) -> int: ...
+    @property
+    def clock_skew_ms(self) -> int: ...
+    @property
+    def key_prefix(self) -> str: ...
+
+@final
+class Term:
+    @property
+    def fence(self) -> int: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def slot(self) -> Optional[int]: ...
+    @property
+    def deadline(self) -> float: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+_Outcome = Tuple[Optional[int], Optional[str], Optional[str]]
+
+@final
+class LeaderElector:
+    def __new__(
+        cls,
+        backend: Any,
+        candidate_id: str,
+        *,
+        wait_ms: int = 0,
+        min_lease_ms: int = 0,
+        retry_ms: int = 200,
+        key_prefix: str = ...,
+        term_ms: Optional[int] = None,
+    ) -> LeaderElector: ...
+    @property
+    def candidate_id(self) -> str: ...
+    def run_if_leader_async(self, name: str, start: Callable[..., Any]) -> Awaitable[_Outcome]: ...
+    def run_if_slot_async(self, name: str, slots: int, start: Callable[..., Any]) -> Awaitable[_Outcome]: ...
+    def run_if_elected_async(
+        self,
+        name: str,
+        start: Callable[..., Any],
+        *,
+        score: float = 0.0,
+        load: float = 0.0,
+        metadata: Optional[Dict[str, str]] = None,
+        strategy: str = "highest_score",
+        preferred: Optional[str] = None,
+    ) -> Awaitable[_Outcome]: ...
