@@ -24,6 +24,12 @@ const CARGO_LAMBDA_OUTPUT = path.resolve(__dirname, '..', '..', 'target', 'lambd
 const LOG_RETENTION = logs.RetentionDays.ONE_MONTH;
 
 const ROUTER_TIMEOUT = Duration.seconds(10);
+/**
+ * The router's budget per store operation: well below its Timeout, so a slow or missing store
+ * answers with the store's own error (503 / 500) instead of a Lambda timeout, with time left for
+ * the hint.
+ */
+const ROUTER_OPERATION_BUDGET = Duration.seconds(4);
 
 /** Consecutive one-minute periods whose reconciler runs were all cut short before the alarm fires. */
 const INCOMPLETE_ALARM_PERIODS = 3;
@@ -147,6 +153,7 @@ export class LeaseCoordinator extends Construct {
       codeDir: props.routerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'router'),
       description: 'Sets desired_state for START/STOP requests and sends a hint for START.',
       timeout: ROUTER_TIMEOUT,
+      environment: { LEASELOCK_OPERATION_BUDGET_MS: String(ROUTER_OPERATION_BUDGET.toMilliseconds()) },
       statements: [
         new iam.PolicyStatement({
           actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
@@ -253,7 +260,13 @@ export class LeaseCoordinator extends Construct {
 
   private leaseFunction(
     id: string,
-    spec: { codeDir: string; description: string; timeout: Duration; statements: iam.PolicyStatement[] },
+    spec: {
+      codeDir: string;
+      description: string;
+      timeout: Duration;
+      statements: iam.PolicyStatement[];
+      environment?: Record<string, string>;
+    },
   ): lambda.Function {
     if (!fs.existsSync(path.join(spec.codeDir, 'bootstrap'))) {
       throw new Error(
@@ -281,7 +294,7 @@ export class LeaseCoordinator extends Construct {
       role,
       logGroup,
       loggingFormat: lambda.LoggingFormat.JSON,
-      environment: this.environment,
+      environment: { ...this.environment, ...spec.environment },
     });
   }
 

@@ -4,13 +4,16 @@
 //!
 //! Decisions, per source:
 //! - HTTP: 200 with the item, 400 `{"error", "field"}` for bad input, 404 for an unknown id or
-//!   route, 405 for a known route with another method, 503 when the store is unavailable.
+//!   route, 405 for a known route with another method, 503 when the store is unavailable, 500
+//!   when the deployment is wrong (the table does not exist, the role may not use it).
 //! - SQS: a malformed record (or a STOP of an unknown id) can never succeed, so it is logged and
 //!   dropped rather than retried into the dead-letter queue; a store failure is reported in
 //!   `batchItemFailures` so SQS redelivers it (START and STOP are idempotent). On a FIFO queue the
-//!   records after a failure are reported too, to keep their order.
-//! - Direct: the item on success; an error whose type is `InvalidRequest` or `NotFound` (both say
-//!   "non-retryable") or `StoreUnavailable` (retryable).
+//!   records after a failure are reported too, to keep their order. A command that fails because
+//!   the deployment is wrong is reported too: it is valid, and succeeds once the deployment is
+//!   fixed (or reaches the dead-letter queue).
+//! - Direct: the item on success; an error whose type is `InvalidRequest`, `NotFound` or
+//!   `Misconfigured` (all say "non-retryable") or `StoreUnavailable` (retryable).
 //!
 //! A START whose hint cannot be sent still succeeds (`hint_sent: false`): the desired state is
 //! already written, and workers find unhinted work through the orphan index within seconds.
@@ -133,6 +136,10 @@ pub enum RouterError {
     NotFound { id: String },
     #[error("store unavailable (retryable): {}", render::text(&.0.to_string()))]
     Store(leaselock::Error),
+    /// The table does not exist or the role may not use it: no retry succeeds until the
+    /// deployment is fixed.
+    #[error("router misconfigured (non-retryable): {}", render::text(&.0.to_string()))]
+    Misconfigured(leaselock::Error),
 }
 
 impl RouterError {
@@ -142,6 +149,9 @@ impl RouterError {
             leaselock::Error::InvalidInput { field, message } => {
                 let field = if field == "url" { "url" } else { "connection_id" };
                 RouterError::Invalid(Invalid::new(field, message))
+            }
+            e @ (leaselock::Error::TableNotFound { .. } | leaselock::Error::AccessDenied(_)) => {
+                RouterError::Misconfigured(e)
             }
             other => RouterError::Store(other),
         }
@@ -158,6 +168,7 @@ impl RouterError {
             RouterError::Invalid(_) => "InvalidRequest",
             RouterError::NotFound { .. } => "NotFound",
             RouterError::Store(_) => "StoreUnavailable",
+            RouterError::Misconfigured(_) => "Misconfigured",
         }
     }
 }
@@ -295,6 +306,9 @@ impl HttpResponse {
             }
             RouterError::Store(e) => {
                 Self::error(503, format_args!("store unavailable, retry: {}", render::text(&e.to_string())), None)
+            }
+            RouterError::Misconfigured(e) => {
+                Self::error(500, format_args!("router misconfigured: {}", render::text(&e.to_string())), None)
             }
         }
     }
@@ -487,7 +501,7 @@ pub async fn handle_sqs<S: LeaseStore + ?Sized>(
         };
         match outcome {
             Ok(_) => {}
-            Err(e) if e.is_retryable() => {
+            Err(e) if e.is_retryable() || matches!(e, RouterError::Misconfigured(_)) => {
                 warn!(message_id = %logged_id, error = %e, "command failed, SQS will redeliver it");
                 if message_id.is_empty() {
                     // Without an id the failure cannot be reported alone: fail the whole batch.

@@ -184,14 +184,16 @@ async fn a_start_whose_hint_fails_still_succeeds() {
     assert!(hints.sent().is_empty());
 }
 
-/// A store whose writes fail (throttled) for ids containing "flaky", and whose orphan query
-/// fails for a page that starts after one.
+/// A store whose writes fail (throttled) for ids containing "flaky" (the table is missing for
+/// ids containing "gone"), and whose orphan query fails for a page that starts after one.
 struct Flaky(MemoryStore);
 
 impl Flaky {
     fn check(id: &str) -> leaselock::Result<()> {
         if id.contains("flaky") {
             Err(Error::Throttled)
+        } else if id.contains("gone") {
+            Err(Error::TableNotFound { table: "leases".into() })
         } else {
             Ok(())
         }
@@ -295,6 +297,33 @@ async fn store_failures_are_retried_and_hopeless_records_are_not() {
     let err = invoke(&store, &hints, start_command("flaky-4", "wss://x/4")).await.unwrap_err();
     assert!(matches!(err, RouterError::Store(Error::Throttled)) && err.is_retryable());
     assert_eq!(Diagnostic::from(err).error_type, "StoreUnavailable");
+}
+
+/// A missing table (or a role that may not use it) is the deployment's fault: HTTP says 500, not
+/// "retry"; a direct invocation gets a non-retryable `Misconfigured`; SQS keeps the command (it
+/// is valid) for redelivery once the deployment is fixed, or for the dead-letter queue.
+#[tokio::test]
+async fn a_missing_table_is_a_misconfiguration_not_a_retry() {
+    let (inner, _) = memory();
+    let store = Flaky(inner);
+    let hints = MemoryHints::new();
+    let response = invoke(&store, &hints, start_event(Kind::Http, "gone-1", "wss://x/1")).await.unwrap();
+    assert_eq!(response["statusCode"], 500, "{response}");
+    let body: Value = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
+    let error = body["error"].as_str().unwrap();
+    assert!(error.contains("misconfigured") && error.contains("leases"), "{error}");
+
+    let err = invoke(&store, &hints, start_command("gone-2", "wss://x/2")).await.unwrap_err();
+    assert!(matches!(err, RouterError::Misconfigured(Error::TableNotFound { .. })) && !err.is_retryable());
+    let diagnostic = Diagnostic::from(err);
+    assert_eq!(diagnostic.error_type, "Misconfigured");
+    assert!(diagnostic.error_message.contains("non-retryable"), "{}", diagnostic.error_message);
+
+    let batch = sqs_event(&[start_command("gone-3", "wss://x/3").to_string()]);
+    let id = batch["Records"][0]["messageId"].as_str().unwrap().to_string();
+    let out = invoke(&store, &hints, batch).await.unwrap();
+    assert_eq!(out, json!({"batchItemFailures": [{"itemIdentifier": id}]}));
+    assert!(hints.sent().is_empty(), "no hint for a command that was not applied");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -231,6 +231,10 @@ pub fn verdict(kind: Kind, result: Result<Value, RouterError>) -> Verdict {
                         assert!(message.contains("retryable") && e.is_retryable(), "{message}");
                         Verdict::Retry
                     }
+                    RouterError::Misconfigured(_) => {
+                        assert!(message.contains("non-retryable") && !e.is_retryable(), "{message}");
+                        Verdict::Retry
+                    }
                 }
             }
         },
