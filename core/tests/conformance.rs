@@ -23,9 +23,11 @@ struct Scenario {
 }
 
 fn scenario_dir() -> PathBuf {
+    // A relative CONFORMANCE_DIR is taken from the repository's root, as in the other runners.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     match std::env::var_os("CONFORMANCE_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance"),
+        Some(dir) => root.join(dir),
+        None => root.join("tests/conformance"),
     }
 }
 

@@ -17,7 +17,9 @@ import pytest
 
 import leaselock
 
-DIR = Path(os.environ.get("CONFORMANCE_DIR") or Path(__file__).resolve().parents[3] / "tests" / "conformance")
+ROOT = Path(__file__).resolve().parents[3]
+# A relative CONFORMANCE_DIR is taken from the repository's root, as in the other runners.
+DIR = ROOT / os.environ.get("CONFORMANCE_DIR", "tests/conformance")
 
 
 def _load() -> List[Dict[str, Any]]:

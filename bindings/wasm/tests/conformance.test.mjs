@@ -3,7 +3,7 @@
 // go through @aws-sdk/client-dynamodb. CONFORMANCE_DIR points the runner at another directory.
 import test from 'node:test';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join, dirname } from 'node:path';
+import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import {
@@ -16,7 +16,8 @@ import {
 import { LeaseTable, LeaseLockError, LeaseHeldError } from '../index.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const dir = process.env.CONFORMANCE_DIR || join(here, '..', '..', '..', 'tests', 'conformance');
+// A relative CONFORMANCE_DIR is taken from the repository's root, as in the other runners.
+const dir = resolve(here, '..', '..', '..', process.env.CONFORMANCE_DIR || join('tests', 'conformance'));
 
 function load() {
   const out = [];
