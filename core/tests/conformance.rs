@@ -63,13 +63,27 @@ fn load(dir: &Path) -> Vec<Scenario> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let list_only = args.iter().any(|a| a == "--list");
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let scenarios: Vec<Scenario> = load(&scenario_dir())
-        .into_iter()
-        .filter(|s| filters.is_empty() || filters.iter().any(|f| s.name.contains(f.as_str())))
-        .collect();
+    // libtest's own flags: a filter, `--exact`, `--skip NAME`, `--list`; others are accepted.
+    let mut filters = Vec::new();
+    let mut skips = Vec::new();
+    let (mut exact, mut list_only) = (false, false);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--exact" => exact = true,
+            "--list" => list_only = true,
+            "--skip" => skips.extend(args.next()),
+            "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => drop(args.next()),
+            flag if flag.starts_with('-') => {}
+            filter => filters.push(filter.to_string()),
+        }
+    }
+    let selected = |name: &str| {
+        let full = format!("conformance::{name}");
+        let hit = |f: &String| if exact { *f == full || f == name } else { full.contains(f.as_str()) };
+        (filters.is_empty() || filters.iter().any(hit)) && !skips.iter().any(|s| full.contains(s.as_str()))
+    };
+    let scenarios: Vec<Scenario> = load(&scenario_dir()).into_iter().filter(|s| selected(&s.name)).collect();
     if list_only {
         for s in &scenarios {
             println!("conformance::{}: test", s.name);
@@ -88,7 +102,8 @@ fn main() {
     println!("\nrunning {} tests", scenarios.len());
     // Scenarios run concurrently, each on a table of its own.
     let results: Vec<(String, Outcome)> = runtime.block_on(async {
-        let client = aws_sdk_dynamodb::Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await);
+        let client =
+            aws_sdk_dynamodb::Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await);
         let runs = scenarios.iter().map(|s| {
             let client = client.clone();
             async move { (s.name.clone(), run(s, client).await) }
@@ -180,7 +195,9 @@ fn config(table_name: &str, options: &Map<String, Value>) -> leaselock::Result<T
 /// An error in the scenarios' vocabulary, with the fields the scenarios may check.
 fn error_value(e: &Error) -> Value {
     match e {
-        Error::Held { owner, expires_at_ms } => json!({"error": "held", "owner": owner, "expires_at_ms": expires_at_ms}),
+        Error::Held { owner, expires_at_ms } => {
+            json!({"error": "held", "owner": owner, "expires_at_ms": expires_at_ms})
+        }
         Error::Lost { .. } => json!({"error": "lost"}),
         Error::NotFound { .. } => json!({"error": "not_found"}),
         Error::Stopped { .. } => json!({"error": "stopped"}),
@@ -357,7 +374,9 @@ impl Run {
                 };
                 done.map(|()| self.save_lease(Some(lease_name), lease))
             }
-            "get" => self.table.get(&self.arg(step, "id")).await.map(|i| i.as_ref().map(item_value).unwrap_or(Value::Null)),
+            "get" => {
+                self.table.get(&self.arg(step, "id")).await.map(|i| i.as_ref().map(item_value).unwrap_or(Value::Null))
+            }
             "orphans" => {
                 let cutoff = leaselock::lease::claim_cutoff(self.table.clock().now_ms(), self.table.config());
                 let limit = step.get("limit").and_then(Value::as_u64).map(|l| l as usize);
@@ -537,7 +556,8 @@ impl Run {
                 if let Some(extra) = g.keys().find(|k| !w.contains_key(*k)) {
                     return Err(format!("item {key}: unexpected attribute {extra}\n  expected {want}\n  got {got}"));
                 }
-                self.matches_subset(want, &got).map_err(|why| format!("item {key}: {why}\n  expected {want}\n  got {got}"))
+                self.matches_subset(want, &got)
+                    .map_err(|why| format!("item {key}: {why}\n  expected {want}\n  got {got}"))
             }
             _ => Err(format!("item {key}: bad expectation {want}")),
         }
@@ -615,7 +635,7 @@ impl Run {
                     got.as_array().ok_or(format!("{got} is not a list"))?.iter().map(|v| v.to_string()).collect();
                 w.sort();
                 g.sort();
-                return if w == g { Ok(()) } else { Err(format!("{got} is not {} in any order", Value::from(list.clone()))) };
+                return if w == g { Ok(()) } else { Err(format!("{got} is not {list} in any order")) };
             }
             if let Some(path) = m.get("var") {
                 let path = path.as_str().unwrap();
