@@ -80,7 +80,9 @@ item_value = lease_value
 
 
 def session_value(s: Any) -> Dict[str, Any]:
-    return {"owner": s.owner, "epoch": s.epoch, "expires_at_ms": s.expires_at_ms}
+    """A Session, or a listed session item (an object or a mapping with the same names)."""
+    get = s.get if isinstance(s, dict) else lambda k: getattr(s, k)
+    return {"owner": get("owner"), "epoch": get("epoch"), "expires_at_ms": get("expires_at_ms")}
 
 
 def raw_value(item: Optional[Dict[str, Any]]) -> Any:
