@@ -9,4 +9,5 @@ exec node --test --test-concurrency=1 \
   tests/ambiguous.test.js \
   tests/worker.test.js \
   tests/readme.test.js \
-  tests/example.test.js
+  tests/example.test.js \
+  tests/conformance.test.mjs
