@@ -160,6 +160,13 @@ pub fn holds(item: &Option<LeaseItem>, lease: &Lease) -> bool {
     item.as_ref().is_some_and(|i| i.owner.as_deref() == Some(lease.owner.as_str()) && i.fence == lease.fence)
 }
 
+/// Whether `lease` may still act on `item`: it [`holds`] it and has not released it (a release
+/// writes expiry 0 and is final: renewing or checkpointing a released lease is refused as lost,
+/// whoever claims next).
+pub fn holds_unreleased(item: &Option<LeaseItem>, lease: &Lease) -> bool {
+    holds(item, lease) && item.as_ref().is_some_and(|i| i.expires_at_ms != Some(0))
+}
+
 /// Rule 1: a claimer only takes a lease whose expiry is older than its own clock minus the skew.
 pub fn claim_cutoff(now_ms: u64, config: &TableConfig) -> u64 {
     now_ms.saturating_sub(config.skew_ms())

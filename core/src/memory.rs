@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{validate_id, validate_url};
-use crate::lease::{claim_cutoff, deadline, expiry_for, holds, is_orphan, HELD_UNDER_SESSION_MS};
+use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, is_orphan, HELD_UNDER_SESSION_MS};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
 use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, TableConfig};
 
@@ -144,7 +144,7 @@ impl LeaseStore for MemoryStore {
         }
         let config = self.config.clone();
         let renewed = self.with_item(&lease.id, |slot| {
-            if !holds(slot, lease) {
+            if !holds_unreleased(slot, lease) {
                 return Err(Self::lost(lease));
             }
             let item = slot.as_mut().expect("held item exists");
@@ -170,7 +170,7 @@ impl LeaseStore for MemoryStore {
             return Err(Self::lost(lease));
         }
         self.with_item(&lease.id, |slot| {
-            if !holds(slot, lease) {
+            if !holds_unreleased(slot, lease) {
                 return Err(Self::lost(lease));
             }
             let item = slot.as_mut().expect("held item exists");
@@ -263,7 +263,7 @@ impl LeaseStore for MemoryStore {
         let key = self.config.key(&self.config.session_id(&session.owner));
         let mut items = self.items.lock().expect("memory store poisoned");
         match items.get_mut(&key) {
-            Some(item) if item.fence == session.epoch => {
+            Some(item) if item.fence == session.epoch && item.expires_at_ms != Some(0) => {
                 item.expires_at_ms = Some(expiry_for(now, &self.config));
                 session.expires_at_ms = expiry_for(now, &self.config);
                 session.deadline_mono_ms = deadline(sent, &self.config);

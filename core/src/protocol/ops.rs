@@ -5,7 +5,7 @@ use super::request::{GetItem, Request, UpdateItem};
 use super::value::{item_from_attrs, key, n, s, AttributeValue, Item};
 use super::{triage, Budget, Cause, Input, Operation, Step, Triage};
 use crate::config::{validate_id, validate_url};
-use crate::lease::{claim_cutoff, expiry_for, holds};
+use crate::lease::{claim_cutoff, expiry_for, holds, holds_unreleased};
 use crate::{DesiredState, Error, Lease, LeaseItem, TableConfig};
 
 /// An UpdateItem returning the new item, or the old one when its condition fails.
@@ -31,6 +31,9 @@ pub(crate) fn update_item(
 
 /// An update of `lease`'s item made only while it is still this lease: owner and fence (plus
 /// `extra`, if any) must match. `#owner`, `#fence`, `:me` and `:fence` are added.
+/// A released lease (expiry 0) is not renewed or checkpointed again.
+const NOT_RELEASED: &str = "#exp > :zero";
+
 fn under_lease(
     config: &TableConfig,
     lease: &Lease,
@@ -372,9 +375,9 @@ impl Operation for Renew {
                         &self.config,
                         &self.lease,
                         "SET #exp = :exp",
-                        None,
+                        Some(NOT_RELEASED),
                         &[("#exp", &a.expires_at_ms)],
-                        vec![(":exp", n(self.exp))],
+                        vec![(":exp", n(self.exp)), (":zero", n(0))],
                     );
                     self.budget.send(input.mono_ms, Request::UpdateItem(request))
                 }
@@ -397,7 +400,7 @@ impl Operation for Renew {
             }
             (Phase::Reread, Triage::Ok(out)) => {
                 let current = out.item.map(|i| item_from_attrs(&self.config, &i));
-                if !holds(&current, &self.lease) {
+                if !holds_unreleased(&current, &self.lease) {
                     return self.lost();
                 }
                 let item = current.expect("held item exists");
@@ -518,7 +521,7 @@ impl Checkpoint {
 
     /// A failed condition (or a re-read that shows the write did not land and cannot).
     fn refused(&self, current: Option<LeaseItem>) -> Step<Lease> {
-        if !holds(&current, &self.lease) {
+        if !holds_unreleased(&current, &self.lease) {
             return Step::Fail(Error::Lost { id: self.lease.id.clone() });
         }
         let last_seq = current.and_then(|i| i.last_seq).unwrap_or(0);
@@ -544,9 +547,9 @@ impl Operation for Checkpoint {
                         &self.config,
                         &self.lease,
                         "SET #seq = :seq",
-                        Some("(attribute_not_exists(#seq) OR #seq < :seq)"),
-                        &[("#seq", &a.last_seq)],
-                        vec![(":seq", n(self.seq))],
+                        Some("(attribute_not_exists(#seq) OR #seq < :seq) AND #exp > :zero"),
+                        &[("#seq", &a.last_seq), ("#exp", &a.expires_at_ms)],
+                        vec![(":seq", n(self.seq)), (":zero", n(0))],
                     );
                     self.budget.send(input.mono_ms, Request::UpdateItem(request))
                 }
@@ -570,7 +573,7 @@ impl Operation for Checkpoint {
                 if holds(&current, &self.lease) && last_seq == Some(self.seq) {
                     return self.done();
                 }
-                if !holds(&current, &self.lease) || last_seq > Some(self.seq) {
+                if !holds_unreleased(&current, &self.lease) || last_seq > Some(self.seq) {
                     return self.refused(current);
                 }
                 self.phase = Phase::Write;

@@ -201,9 +201,10 @@ impl Operation for RenewSession {
                         &self.config,
                         &id,
                         "SET #exp = :exp",
-                        Some("#fence = :epoch".into()),
+                        // An ended session (expiry 0) stays ended.
+                        Some("#fence = :epoch AND #exp > :zero".into()),
                         &[("#exp", &a.expires_at_ms), ("#fence", &a.fence)],
-                        vec![(":exp", n(exp)), (":epoch", n(self.session.epoch))],
+                        vec![(":exp", n(exp)), (":epoch", n(self.session.epoch)), (":zero", n(0))],
                     );
                     self.budget.send(input.mono_ms, Request::UpdateItem(request))
                 }
@@ -223,7 +224,9 @@ impl Operation for RenewSession {
             }
             (Phase::Reread, Triage::Ok(out)) => {
                 let item = out.item.map(|i| item_from_attrs(&self.config, &i));
-                let Some(item) = item.filter(|i| i.fence == self.session.epoch) else { return self.lost() };
+                let Some(item) = item.filter(|i| i.fence == self.session.epoch && i.expires_at_ms != Some(0)) else {
+                    return self.lost();
+                };
                 if let Some(&(exp, sent)) = self.attempts.iter().find(|(exp, _)| Some(*exp) == item.expires_at_ms) {
                     return self.renewed(exp, sent);
                 }

@@ -414,7 +414,7 @@ fn renew_decides_lost_and_keeps_the_deadline_of_the_send_that_landed() {
     let l = lease(&c); // deadline 2_500
     let mut op = Renew::new(&c, &l);
     let u = update_of(op.next(at(1_000)));
-    assert_eq!(u.condition_expression.as_deref(), Some("#owner = :me AND #fence = :fence"));
+    assert_eq!(u.condition_expression.as_deref(), Some("#owner = :me AND #fence = :fence AND #exp > :zero"));
     assert_eq!(u.expression_attribute_values[":exp"], n(NOW + 1_000 + 3_000));
     let renewed = done(op.next(at(1_050).with(new_item(stored("s1", Some("a"), Some(NOW + 4_000), 3, None)))));
     assert_eq!((renewed.expires_at_ms, renewed.deadline_mono_ms), (NOW + 4_000, 1_000 + 2_500));
@@ -473,7 +473,7 @@ fn release_and_checkpoint_decide_from_the_item() {
     let u = update_of(op.next(at(0)));
     assert_eq!(
         u.condition_expression.as_deref(),
-        Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq)")
+        Some("#owner = :me AND #fence = :fence AND (attribute_not_exists(#seq) OR #seq < :seq) AND #exp > :zero")
     );
     assert_eq!(done(op.next(at(5).with(new_item(Item::new())))).last_seq, Some(5));
 
@@ -850,7 +850,7 @@ mod session {
     fn renew_session_moves_the_deadline_or_loses_the_session() {
         let mut op = RenewSession::new(&cfg(), &session(19_000));
         let u = update_of(op.next(at(5_000)));
-        assert_eq!(u.condition_expression.as_deref(), Some("#fence = :epoch"));
+        assert_eq!(u.condition_expression.as_deref(), Some("#fence = :epoch AND #exp > :zero"));
         assert_eq!(u.expression_attribute_values[":epoch"], n(3));
         let s = done(op.next(at(5_040).with(ok_attrs(Item::new()))));
         assert_eq!((s.deadline_mono_ms, s.expires_at_ms), (24_000, NOW + 25_000));
@@ -1041,4 +1041,22 @@ mod session {
         let owners: Vec<_> = found.iter().map(|s| (s.owner.as_str(), s.epoch)).collect();
         assert_eq!(owners, [("a", 2), ("old", 7)], "oldest first");
     }
+}
+
+/// A release is final: a released lease (expiry 0, owner and fence unchanged because nobody
+/// claimed since) is not renewed or checkpointed again, on the first answer or on a re-read.
+#[test]
+fn a_released_lease_is_lost_for_renew_and_checkpoint() {
+    let c = short();
+    let l = lease(&c);
+    let released = || stored("s1", Some("a"), Some(0), 3, None);
+    let mut op = Renew::new(&c, &l);
+    op.next(at(0));
+    op.next(at(5).with(Answer::Ambiguous("t".into())));
+    assert!(matches!(failed(op.next(at(6).with(read(Some(released()))))), Error::Lost { .. }));
+
+    let mut op = Checkpoint::new(&c, &l, 5);
+    op.next(at(0));
+    let old = Answer::ConditionFailed { item: Some(released()) };
+    assert!(matches!(failed(op.next(at(5).with(old))), Error::Lost { .. }));
 }
