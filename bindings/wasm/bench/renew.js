@@ -5,7 +5,9 @@
 // its CPU is not counted). Also the .wasm size and the module's load time in a fresh process.
 // Merges node_cpu_us_per_renew, jssdk_cpu_us_per_renew (and the ratio, the protocol's own CPU
 // with an in-memory client, the size and the load time) into
-// bench/results/latest.json at the repository root.
+// bench/results/latest.json at the repository root (read, update, write: other sections' keys stay).
+// With LEASELOCK_BENCH_BASELINE=<directory of another built copy of this package>, that copy's
+// renewal is measured in the same rounds too (before/after a change, side by side in one run).
 const { fork, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -52,7 +54,10 @@ async function main() {
       region: 'us-east-1',
       credentials: { accessKeyId: 'bench', secretAccessKey: 'bench' },
     });
-    const table = new LeaseTable({ client, tableName: 'bench' });
+    // A long lease: a loaded machine's wall time between two renewals of one lease (other
+    // variants run in between) must not reach its deadline.
+    const LONG = { tableName: 'bench', leaseMs: 3_600_000 };
+    const table = new LeaseTable({ client, ...LONG });
     const lease = await table.acquire('bench-1', { owner: 'bench-worker' });
     // The exact UpdateItem a renewal sends, taken from the protocol itself.
     const op = table.rules.renew(JSON.stringify(lease));
@@ -61,11 +66,22 @@ async function main() {
     const input = step.request.UpdateItem;
     const viaLeaselock = cpuUs(() => lease.renew());
     const direct = cpuUs(() => client.send(new UpdateItemCommand(input)));
+    let viaBaseline;
+    if (process.env.LEASELOCK_BENCH_BASELINE) {
+      const Baseline = require(path.resolve(process.env.LEASELOCK_BENCH_BASELINE)).LeaseTable;
+      const old = await new Baseline({ client, ...LONG }).acquire('bench-1', { owner: 'bench-worker' });
+      viaBaseline = cpuUs(() => old.renew());
+      await viaBaseline(1000);
+    }
     await viaLeaselock(1000);
     await direct(1000);
     const ours = [];
     const sdk = [];
+    const baseline = [];
     for (let r = 0; r < ROUNDS; r++) {
+      if (viaBaseline) {
+        baseline.push(await viaBaseline(PER_ROUND));
+      }
       ours.push(await viaLeaselock(PER_ROUND));
       sdk.push(await direct(PER_ROUND));
     }
@@ -84,7 +100,14 @@ async function main() {
       const script = `const t=performance.now();require(${JSON.stringify(path.join(__dirname, '../pkg/leaselock_wasm.js'))});console.log(performance.now()-t)`;
       loads.push(Number(execFileSync(process.execPath, ['-e', script]).toString().trim()));
     }
-    if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk });
+    if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk, baseline });
+    if (viaBaseline) {
+      const b = median(baseline);
+      console.log(
+        `before/after (same rounds): baseline ${b.toFixed(1)} us (${(b / median(sdk)).toFixed(3)}x), ` +
+          `this build ${median(ours).toFixed(1)} us (${(median(ours) / median(sdk)).toFixed(3)}x), direct SDK ${median(sdk).toFixed(1)} us`,
+      );
+    }
     const results = {
       node_cpu_us_per_renew: Number(median(ours).toFixed(1)),
       jssdk_cpu_us_per_renew: Number(median(sdk).toFixed(1)),
