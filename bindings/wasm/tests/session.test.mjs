@@ -4,6 +4,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
+import { SQSClient, CreateQueueCommand, SendMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import leaselock from '../index.js';
 import helpers from './helpers.js';
 
@@ -234,4 +235,32 @@ test('a Worker in session mode: one session for everything; a session rewritten 
   }
   const next = await table.createSession('w2');
   await Promise.all(ids.map((id) => next.claim(id)));
+});
+
+test('session mode with hints: a hint is claimed under the session; shutdown ends the session, then hints the work', LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  const sqs = new SQSClient({});
+  const { QueueUrl: queueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `${table.tableName}-hints` }));
+  const { conns, handler } = recorder();
+  // Orphan polls a minute apart: only the hint can explain a quick claim.
+  const worker = new Worker({ table, handler, sqs, queueUrl, workerId: 'node-h', orphanIntervalMs: 60_000, hintWaitMs: 1_000, logger: quiet });
+  const running = worker.run();
+  t.after(() => {
+    worker.shutdown();
+    return running;
+  });
+  await eventually(() => worker.snapshot().sessionEpoch !== null && worker.snapshot().orphanPolls >= 1, 8_000, 'session open');
+  await startAll(table, ['h1', 'h2']);
+  for (const id of ['h1', 'h2']) {
+    await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify({ connection_id: id }) }));
+  }
+  await eventually(() => conns.has('h1') && conns.has('h2'), 8_000, 'claimed from the hints');
+  const epoch = worker.snapshot().sessionEpoch;
+  assert.equal((await rawItem(table, 'h1')).session_epoch.N, String(epoch));
+  worker.shutdown();
+  await running;
+  assert.equal((await sessionItem(table, 'node-h')).lease_expires_at_ms.N, '0');
+  const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }));
+  const hinted = (out.Messages ?? []).map((m) => JSON.parse(m.Body).connection_id).sort();
+  assert.deepEqual(hinted, ['h1', 'h2']);
 });
