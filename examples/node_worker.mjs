@@ -5,8 +5,9 @@
 //   leaselock table create && leaselock upstream &
 //   leaselock start stream-1 --url ws://127.0.0.1:9100/stream-1
 //   node examples/node_worker.mjs          # SIGTERM / Ctrl-C: graceful hand-over
+//   node examples/node_worker.mjs --mode session   # one session heartbeat for every stream
 //
-// Settings come from the same environment variables as the CLI (LEASELOCK_TABLE,
+// Settings come from the same environment variables as the CLI (LEASELOCK_TABLE, LEASELOCK_MODE,
 // LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
 // LEASELOCK_KEY_PREFIX, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS, LEASELOCK_QUEUE_URL),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
@@ -22,6 +23,9 @@ const { LeaseTable, Worker } = require('leaselock');
 const env = process.env;
 const number = (name) => (env[name] === undefined ? undefined : Number(env[name]));
 const messagesTable = env.LEASELOCK_MESSAGES_TABLE ?? 'leaselock-messages';
+// "per-item" (the default) or "session", as the CLI's --mode / LEASELOCK_MODE.
+const modeFlag = process.argv.indexOf('--mode');
+const mode = (modeFlag > 1 ? process.argv[modeFlag + 1] : env.LEASELOCK_MODE) ?? 'per-item';
 
 const client = new DynamoDBClient({});
 const table = new LeaseTable({
@@ -31,6 +35,7 @@ const table = new LeaseTable({
   renewMs: number('LEASELOCK_RENEW_MS'),
   clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),
   keyPrefix: env.LEASELOCK_KEY_PREFIX,
+  mode: mode === 'per-item' ? 'item' : mode,
 });
 
 /** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */

@@ -33,8 +33,32 @@ export interface LeaseTableOptions {
   /** The orphan index (default `desired_state-lease_expires_at_ms-index`). */
   indexName?: string;
   attributeNames?: AttributeNames;
-  /** Only "item" (one lease per item) for now. */
-  mode?: 'item';
+  /** "item" (default): every held item is renewed; "session": one session item per worker. */
+  mode?: 'item' | 'session';
+}
+
+/** A stored session item; `expiresAtMs` 0 once ended. */
+export interface SessionItem {
+  owner: string;
+  epoch: number;
+  expiresAtMs: number;
+}
+
+/** Session mode: one worker's session (one epoch of its session item). */
+export declare class Session {
+  readonly table: LeaseTable;
+  readonly owner: string;
+  readonly epoch: number;
+  readonly expiresAtMs: number;
+  /** When everything held under the session must stop acting, on the `performance.now()` clock. */
+  readonly deadline: number;
+  /** One write for everything held under it; LeaseLostError once it is gone or taken over. */
+  renew(options?: Abortable): Promise<this>;
+  /** Expiry 0 with one write: everything held under it is free at once. */
+  end(options?: Abortable): Promise<void>;
+  /** Claims STARTED work (a dead session's by one transaction); LeaseHeldError while held. */
+  claim(id: string, options?: Abortable): Promise<Lease>;
+  toJSON(): SessionItem & { deadline: number };
 }
 
 export declare class LeaseTable {
@@ -44,6 +68,7 @@ export declare class LeaseTable {
   readonly leaseMs: number;
   readonly renewMs: number;
   readonly clockSkewMs: number;
+  readonly mode: 'item' | 'session';
   createTable(options?: Abortable): Promise<void>;
   start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
   stop(id: string, options?: Abortable): Promise<LeaseItem>;
@@ -54,6 +79,10 @@ export declare class LeaseTable {
   desiredStates(ids: string[], options?: Abortable): Promise<Map<string, DesiredState | null>>;
   ownedBy(owner: string, options?: Abortable): Promise<LeaseItem[]>;
   items(options?: Abortable): Promise<LeaseItem[]>;
+  /** Session mode: a new epoch of `owner`'s session. */
+  createSession(owner: string, options?: { previousEpoch?: number } & Abortable): Promise<Session>;
+  /** Session items (all, or those expiring below `belowMs`), oldest expiry first. */
+  sessions(options?: { belowMs?: number } & Abortable): Promise<SessionItem[]>;
   using<T>(
     id: string,
     options: { owner: string } & Abortable,
@@ -72,6 +101,9 @@ export declare class Lease {
   readonly desiredState: DesiredState | null;
   /** When the owner must stop acting for the lease, on the `performance.now()` clock. */
   readonly deadline: number;
+  /** Session mode: the session the lease is held under. */
+  readonly session?: Session;
+  /** Under a session, renews the session. */
   renew(options?: Abortable): Promise<this>;
   checkpoint(seq: number, options?: Abortable): Promise<this>;
   release(options?: Abortable): Promise<void>;
@@ -127,6 +159,10 @@ export interface WorkerSnapshot {
   handlerErrors: number;
   orphanPolls: number;
   hintsReceived: number;
+  /** Session mode: the live session's epoch (null between epochs). */
+  sessionEpoch?: number | null;
+  /** Session mode: connections claimed from dead sessions. */
+  sessionTakeovers?: number;
   stopping: boolean;
 }
 

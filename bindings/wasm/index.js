@@ -5,11 +5,13 @@
 
 const errors = require('./lib/errors');
 const { LeaseTable, Lease } = require('./lib/table');
+const { Session } = require('./lib/session');
 const { Worker, Connection, defaultWorkerId } = require('./lib/worker');
 
 module.exports = {
   LeaseTable,
   Lease,
+  Session,
   Worker,
   Connection,
   defaultWorkerId,

@@ -5,6 +5,7 @@ import leaselock from './index.js';
 export const {
   LeaseTable,
   Lease,
+  Session,
   Worker,
   Connection,
   defaultWorkerId,

@@ -8,6 +8,7 @@ exec node --test --test-concurrency=1 \
   tests/table.test.js \
   tests/ambiguous.test.js \
   tests/worker.test.js \
+  tests/session.test.mjs \
   tests/readme.test.js \
   tests/example.test.js \
   tests/conformance.test.mjs

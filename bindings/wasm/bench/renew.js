@@ -5,7 +5,9 @@
 // its CPU is not counted). Also the .wasm size and the module's load time in a fresh process.
 // Merges node_cpu_us_per_renew, jssdk_cpu_us_per_renew (and the ratio, the protocol's own CPU
 // with an in-memory client, the size and the load time) into
-// bench/results/latest.json at the repository root.
+// bench/results/latest.json at the repository root (read, update, write: other sections' keys stay).
+// With LEASELOCK_BENCH_BASELINE=<directory of another built copy of this package>, that copy's
+// renewal is measured in the same rounds too (before/after a change, side by side in one run).
 const { fork, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -30,6 +32,10 @@ const answer = JSON.stringify({
   },
 });
 
+/** User-mode CPU per call of each measured function, by round (the kernel's loopback work and
+ * whatever other loopback traffic it absorbs stay out of it). */
+const userUs = new Map();
+
 function cpuUs(fn) {
   return async (n) => {
     const start = process.cpuUsage();
@@ -37,6 +43,7 @@ function cpuUs(fn) {
       await fn();
     }
     const used = process.cpuUsage(start);
+    userUs.set(fn, [...(userUs.get(fn) ?? []), used.user / n]);
     return (used.user + used.system) / n;
   };
 }
@@ -52,20 +59,38 @@ async function main() {
       region: 'us-east-1',
       credentials: { accessKeyId: 'bench', secretAccessKey: 'bench' },
     });
-    const table = new LeaseTable({ client, tableName: 'bench' });
+    // A long lease: a loaded machine's wall time between two renewals of one lease (other
+    // variants run in between) must not reach its deadline.
+    const LONG = { tableName: 'bench', leaseMs: 3_600_000 };
+    const table = new LeaseTable({ client, ...LONG });
     const lease = await table.acquire('bench-1', { owner: 'bench-worker' });
     // The exact UpdateItem a renewal sends, taken from the protocol itself.
     const op = table.rules.renew(JSON.stringify(lease));
     const step = JSON.parse(op.resume(Date.now(), performance.now(), 0.5));
     op.free();
     const input = step.request.UpdateItem;
-    const viaLeaselock = cpuUs(() => lease.renew());
-    const direct = cpuUs(() => client.send(new UpdateItemCommand(input)));
+    const renewOurs = () => lease.renew();
+    const sendDirect = () => client.send(new UpdateItemCommand(input));
+    const viaLeaselock = cpuUs(renewOurs);
+    const direct = cpuUs(sendDirect);
+    let viaBaseline;
+    let renewBaseline;
+    if (process.env.LEASELOCK_BENCH_BASELINE) {
+      const Baseline = require(path.resolve(process.env.LEASELOCK_BENCH_BASELINE)).LeaseTable;
+      const old = await new Baseline({ client, ...LONG }).acquire('bench-1', { owner: 'bench-worker' });
+      renewBaseline = () => old.renew();
+      viaBaseline = cpuUs(renewBaseline);
+      await viaBaseline(1000);
+    }
     await viaLeaselock(1000);
     await direct(1000);
     const ours = [];
     const sdk = [];
+    const baseline = [];
     for (let r = 0; r < ROUNDS; r++) {
+      if (viaBaseline) {
+        baseline.push(await viaBaseline(PER_ROUND));
+      }
       ours.push(await viaLeaselock(PER_ROUND));
       sdk.push(await direct(PER_ROUND));
     }
@@ -84,7 +109,19 @@ async function main() {
       const script = `const t=performance.now();require(${JSON.stringify(path.join(__dirname, '../pkg/leaselock_wasm.js'))});console.log(performance.now()-t)`;
       loads.push(Number(execFileSync(process.execPath, ['-e', script]).toString().trim()));
     }
-    if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk });
+    if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk, baseline });
+    // The warm-up call is the first entry of each.
+    const userOurs = median(userUs.get(renewOurs).slice(1));
+    const userSdk = median(userUs.get(sendDirect).slice(1));
+    if (viaBaseline) {
+      const b = median(baseline);
+      const bUser = median(userUs.get(renewBaseline).slice(1));
+      console.log(
+        `before/after (same rounds): baseline ${b.toFixed(1)} us (${(b / median(sdk)).toFixed(3)}x), ` +
+          `this build ${median(ours).toFixed(1)} us (${(median(ours) / median(sdk)).toFixed(3)}x), direct SDK ${median(sdk).toFixed(1)} us; ` +
+          `user-mode only: baseline ${(bUser / userSdk).toFixed(3)}x, this build ${(userOurs / userSdk).toFixed(3)}x`,
+      );
+    }
     const results = {
       node_cpu_us_per_renew: Number(median(ours).toFixed(1)),
       jssdk_cpu_us_per_renew: Number(median(sdk).toFixed(1)),
@@ -92,6 +129,7 @@ async function main() {
       node_protocol_cpu_us_per_renew: Number(median(overheads).toFixed(1)),
       node_wasm_bytes: fs.statSync(wasmFile).size,
       node_wasm_load_ms: Number(median(loads).toFixed(1)),
+      node_renew_user_cpu_ratio: Number((userOurs / userSdk).toFixed(3)),
     };
     const out = path.join(root, 'bench/results/latest.json');
     fs.mkdirSync(path.dirname(out), { recursive: true });
@@ -101,7 +139,8 @@ async function main() {
       `node renew: ${results.node_cpu_us_per_renew} us CPU via leaselock, ${results.jssdk_cpu_us_per_renew} us ` +
         `direct (${results.node_renew_cpu_ratio}x, target <= 1.3x; ${ROUNDS} rounds x ${PER_ROUND}, medians); ` +
         `protocol alone (in-memory client) ${results.node_protocol_cpu_us_per_renew} us; ` +
-        `wasm ${results.node_wasm_bytes} bytes, loads in ${results.node_wasm_load_ms} ms`,
+        `wasm ${results.node_wasm_bytes} bytes, loads in ${results.node_wasm_load_ms} ms; ` +
+        `user-mode CPU only: ${userOurs.toFixed(1)} vs ${userSdk.toFixed(1)} us (${results.node_renew_user_cpu_ratio}x)`,
     );
     console.log(`written to ${path.relative(root, out)}`);
   } finally {

@@ -170,4 +170,52 @@ class Keeper {
   }
 }
 
-module.exports = { Keeper, abortReason };
+/**
+ * Session mode's keeper of one held connection: nothing is renewed per connection (the
+ * session's renewals move the lease's deadline); aborts the signal at the deadline (rule 2), on
+ * STOP or when told to. The same face as Keeper.
+ */
+class SessionHold {
+  #lease;
+  #controller = new AbortController();
+  #timer;
+  #reason;
+
+  constructor(lease) {
+    this.#lease = lease;
+    this.#arm();
+  }
+
+  get signal() {
+    return this.#controller.signal;
+  }
+
+  get reason() {
+    return this.#reason;
+  }
+
+  cancel(reason) {
+    if (this.#controller.signal.aborted) {
+      return false;
+    }
+    this.#reason = reason;
+    this.#controller.abort(abortReason(reason, this.#lease.id));
+    return true;
+  }
+
+  /** Wakes at the lease's deadline; a deadline moved meanwhile is waited for in turn. */
+  #arm() {
+    const left = this.#lease.deadline - clock.mono();
+    if (left <= 0) {
+      this.cancel('Deadline');
+      return;
+    }
+    this.#timer = setTimeout(() => this.#arm(), Math.ceil(left));
+  }
+
+  async stop() {
+    clearTimeout(this.#timer);
+  }
+}
+
+module.exports = { Keeper, SessionHold, abortReason };

@@ -6,6 +6,7 @@ const wasm = require('../pkg/leaselock_wasm.js');
 const { drive } = require('./drive');
 const { LeaseLostError, fromWasm, invalid } = require('./errors');
 const { Keeper } = require('./keeper');
+const { Session } = require('./session');
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
 
@@ -46,7 +47,8 @@ class LeaseTable {
 
   /**
    * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
-   *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("item").
+   *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("item", the
+   *   default, or "session": one session item per worker renewed for everything it holds).
    */
   constructor(options) {
     const { client, ...rest } = options ?? {};
@@ -71,6 +73,11 @@ class LeaseTable {
 
   get clockSkewMs() {
     return this.#rules.clockSkewMs;
+  }
+
+  /** "item" or "session". */
+  get mode() {
+    return this.#rules.mode;
   }
 
   /** The decisions that depend on this table's settings (the worker and the keeper use them). */
@@ -185,6 +192,43 @@ class LeaseTable {
     return result;
   }
 
+  /**
+   * Session mode: opens a new epoch of `owner`'s session. LeaseHeldError while a session of
+   * `owner` lives, unless `previousEpoch` is the epoch this owner held and stopped acting for.
+   */
+  async createSession(owner, { previousEpoch, signal } = {}) {
+    if (this.mode !== 'session') {
+      throw invalid('mode', 'sessions need a table with mode: "session"');
+    }
+    const previous = previousEpoch === undefined || previousEpoch === null ? -1 : count('previousEpoch', previousEpoch);
+    const data = await this.#run(() => this.#rules.createSession(text('owner', owner), previous), signal);
+    return new Session(this, data);
+  }
+
+  /** Session items `{ owner, epoch, expiresAtMs }` (expiry 0: ended), oldest expiry first. */
+  async sessions({ belowMs, signal } = {}) {
+    const below = belowMs === undefined ? -1 : count('belowMs', belowMs);
+    return this.#run(() => this.#rules.sessions(below), signal);
+  }
+
+  /** Internal: the session operations, given the session's data. */
+  async _renewSession(data, signal) {
+    return this.#run(() => this.#rules.renewSession(JSON.stringify(data)), signal);
+  }
+
+  async _endSession(data, signal) {
+    return this.#run(() => this.#rules.endSession(JSON.stringify(data)), signal);
+  }
+
+  async _retireSession(owner, epoch, signal) {
+    return this.#run(() => this.#rules.retireSession(text('owner', owner), epoch), signal);
+  }
+
+  async _claimInSession(id, session, data, signal) {
+    const lease = await this.#run(() => this.#rules.claimInSession(text('id', id), JSON.stringify(data)), signal);
+    return new Lease(this, lease, session);
+  }
+
   /** Internal: the operations on a held lease, given its data. */
   async _renew(data, signal) {
     return this.#run(() => this.#rules.renew(JSON.stringify(data)), signal);
@@ -216,12 +260,26 @@ class LeaseTable {
 class Lease {
   #table;
   #data;
+  #session;
   #queue = Promise.resolve();
   #released = false;
 
-  constructor(table, data) {
+  constructor(table, data, session) {
     this.#table = table;
     this.#data = data;
+    this.#session = session;
+  }
+
+  /** Session mode: the session the lease is held under (undefined for a per-item lease). */
+  get session() {
+    return this.#session;
+  }
+
+  /** Internal: the session was renewed; the lease acts until its new deadline. */
+  _cover(deadline) {
+    if (!this.#released && deadline > this.#data.deadline) {
+      this.#data = { ...this.#data, deadline };
+    }
   }
 
   get table() {
@@ -271,8 +329,14 @@ class Lease {
     return run;
   }
 
-  /** Extends the lease; LeaseLostError when it is no longer ours or the deadline has passed. */
+  /**
+   * Extends the lease; LeaseLostError when it is no longer ours or the deadline has passed.
+   * Under a session, renews the session (one write for everything held under it).
+   */
   renew({ signal } = {}) {
+    if (this.#session !== undefined) {
+      return this.#session.renew({ signal }).then(() => this);
+    }
     return this.#serial(async () => {
       this.#data = await this.#table._renew(this.#data, signal);
       return this;
@@ -292,6 +356,7 @@ class Lease {
     return this.#serial(async () => {
       await this.#table._release(this.#data, signal);
       this.#released = true;
+      this.#session?._forget(this);
     });
   }
 

@@ -3,20 +3,15 @@
 // Per lease: a Keeper (renewals, deadline) and the handler. Worker-wide: the orphan loop (the
 // sparse index), the SQS hint loop, the batched desired-state loop, and the shutdown path
 // (stop claiming, abort every handler, release every lease in parallel, hint released work).
+// In session mode one session loop renews a session for everything held, aborts every handler
+// at the session's deadline and opens a new epoch; shutdown ends the session with one write.
 // Every schedule and verdict comes from core's worker decisions, through wasm.
 
 const os = require('node:os');
 const wasm = require('../pkg/leaselock_wasm.js');
 const { clock, sleep } = require('./drive');
 const { LeaseLostError, fromWasm, invalid, toRust } = require('./errors');
-const { Keeper } = require('./keeper');
-
-/** Claims in flight at once from one orphan poll. */
-const CLAIM_CONCURRENCY = 16;
-/** How long after its wait a hint long poll may still take to be answered. */
-const POLL_ANSWER_MARGIN_MS = 5_000;
-/** How long a hand-over hint may take. */
-const HAND_OVER_TIMEOUT_MS = 2_000;
+const { Keeper, SessionHold } = require('./keeper');
 
 const CLAIMING = Symbol('claiming');
 
@@ -108,7 +103,13 @@ class Worker {
   #shuttingDown = new Promise((resolve) => this.#shutdown.signal.addEventListener('abort', resolve, { once: true }));
   #wakeOrphans = new Notify();
   #roomFreed = new Notify();
+  /** Session mode: the live session, the loop's stop, and whether to claim back older epochs' work. */
+  #sessionMode;
+  #session;
+  #sessionStop = new AbortController();
+  #reclaimOwn = false;
   #counters = {
+    sessionTakeovers: 0,
     acquired: 0,
     acquireConflicts: 0,
     acquireErrors: 0,
@@ -146,6 +147,7 @@ class Worker {
     this.#queueUrl = rest.queueUrl;
     this.#handler = handler;
     this.#logger = logger ?? stderrLogger;
+    this.#sessionMode = table.mode === 'session';
   }
 
   get workerId() {
@@ -155,11 +157,14 @@ class Worker {
   /** Counters since start and the ids held now (sorted). */
   snapshot() {
     const held = [...this.#tracked].filter(([, t]) => t !== CLAIMING).map(([id]) => id);
+    const { sessionTakeovers, ...counters } = this.#counters;
+    const session = this.#sessionMode ? { sessionEpoch: this.#session?.epoch ?? null, sessionTakeovers } : {};
     return {
       workerId: this.workerId,
       maxConnections: this.#settings.maxConnections,
       held: held.sort(),
-      ...this.#counters,
+      ...counters,
+      ...session,
       stopping: this.#shutdown.signal.aborted,
     };
   }
@@ -181,12 +186,24 @@ class Worker {
     signal?.addEventListener('abort', stop, { once: true });
     try {
       this.#logger.info?.('worker started', { workerId: this.workerId, maxConnections: this.#settings.maxConnections });
+      const session = this.#sessionMode ? this.#sessionLoop() : undefined;
       const loops = [this.#orphanLoop(), this.#desiredStateLoop()];
       if (this.#sqs !== undefined) {
         loops.push(this.#hintLoop());
       }
       await this.#shuttingDown;
+      const heldAtShutdown = this.snapshot().held;
       this.#stopAll();
+      if (session !== undefined) {
+        // The one session write frees everything, so it comes once no claim is in flight and
+        // every handler has ended (not after the loops: a long poll may be pending).
+        while (this.#tracked.size > 0) {
+          await this.#roomFreed.wait();
+        }
+        this.#sessionStop.abort();
+        await session;
+        await this.#endSession(heldAtShutdown);
+      }
       // Claims in flight still land (and are cancelled at once); then every lease task waits
       // for its handler and releases its lease, all at the same time.
       await Promise.allSettled(loops);
@@ -229,10 +246,14 @@ class Worker {
     if (this.#tracked.has(id)) {
       return 'AlreadyOurs';
     }
+    const session = this.#session;
+    if (this.#sessionMode && session === undefined) {
+      return 'Failed';
+    }
     this.#tracked.set(id, CLAIMING);
     let lease;
     try {
-      lease = await this.#table.acquireStarted(id, { owner: this.workerId });
+      lease = await (session ? session.claim(id) : this.#table.acquireStarted(id, { owner: this.workerId }));
     } catch (e) {
       this.#forget(id, CLAIMING);
       if (wasm.claimFailure(toRust(e)) === 'Conflict') {
@@ -249,9 +270,13 @@ class Worker {
       this.#counters.acquireConflicts += 1;
       return 'Conflict';
     }
-    this.#supervise(lease);
+    this.#supervise(lease, session?.epoch);
     if (this.#stopping) {
       this.#tracked.get(id).keeper.cancel('Shutdown');
+    }
+    // The session was lost (or a new epoch began) while the claim was in flight.
+    if (session && wasm.claimOutlivedSession(session.epoch, this.#session?.epoch ?? -1)) {
+      this.#tracked.get(id).keeper.cancel('Deadline');
     }
     this.#counters.acquired += 1;
     this.#logger.info?.('claimed', { connectionId: id, fence: lease.fence, source });
@@ -266,9 +291,9 @@ class Worker {
   }
 
   /** One held lease: the keeper and the handler; gives the lease back once the handler ends. */
-  #supervise(lease) {
-    const keeper = new Keeper(lease);
-    const held = { lease, keeper };
+  #supervise(lease, epoch) {
+    const keeper = this.#sessionMode ? new SessionHold(lease) : new Keeper(lease);
+    const held = { lease, keeper, epoch };
     this.#tracked.set(lease.id, held);
     const task = this.#runLease(held).finally(() => this.#tasks.delete(task));
     this.#tasks.add(task);
@@ -291,7 +316,7 @@ class Worker {
       this.#counters.leasesLost += 1;
       this.#logger.warn('lease lost', { connectionId: id, reason });
     }
-    if (wasm.shouldRelease(reason)) {
+    if (wasm.releasesAfterHandler(reason, this.#sessionMode)) {
       try {
         await lease.release();
         this.#counters.released += 1;
@@ -375,14 +400,137 @@ class Worker {
       ours: [...this.#tracked.keys()],
     };
     const plan = JSON.parse(rules.planOrphans(JSON.stringify(poll)));
-    const queue = [...plan.claim];
+    await this.#claimAll(plan.claim, 'orphan');
+    if (this.#sessionMode) {
+      await this.#claimDeadSessions();
+    }
+    return plan.wakeInMs;
+  }
+
+  /** Claims `ids`, a few at a time; resolves how many were claimed. */
+  async #claimAll(ids, source) {
+    const queue = [...ids];
+    let claimed = 0;
     const claimNext = async () => {
       while (queue.length > 0) {
-        await this.#claim(queue.shift(), 'orphan');
+        if ((await this.#claim(queue.shift(), source)) === 'Claimed') {
+          claimed += 1;
+        }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(CLAIM_CONCURRENCY, queue.length) }, claimNext));
-    return plan.wakeInMs;
+    await Promise.all(Array.from({ length: Math.min(this.#settings.claimConcurrency, queue.length) }, claimNext));
+    return claimed;
+  }
+
+  /**
+   * Session mode: the connections of dead sessions (a query of the session partition, then the
+   * owner index per dead session) are claimed like orphans; a dead session left with none is
+   * retired. Work of our own earlier epochs is claimed back too.
+   */
+  async #claimDeadSessions() {
+    if (this.#session === undefined || this.#stopping) {
+      return;
+    }
+    const dead = await this.#table.sessions({ belowMs: this.#table.rules.claimCutoff(clock.now()) });
+    const reclaimOwn = this.#reclaimOwn;
+    this.#reclaimOwn = false;
+    for (const [owner, epoch] of JSON.parse(wasm.deadSessionOwners(JSON.stringify(dead), this.workerId, reclaimOwn))) {
+      if (this.#stopping || this.#capacity() === 0) {
+        return;
+      }
+      const owned = await this.#table.ownedBy(owner);
+      if (owned.length === 0) {
+        if (epoch !== null) {
+          await this.#table._retireSession(owner, epoch);
+        }
+        continue;
+      }
+      const ids = owned.map((item) => item.id).filter((id) => !this.#tracked.has(id));
+      const claimed = await this.#claimAll(ids, 'dead session');
+      if (claimed > 0) {
+        this.#logger.info?.('took over a dead session\'s work', { owner, claimed });
+        this.#counters.sessionTakeovers += claimed;
+      }
+    }
+  }
+
+  /** Session mode: opens a session, holds it until it is lost, then opens a new epoch. */
+  async #sessionLoop() {
+    const rules = this.#table.rules;
+    const stop = this.#sessionStop.signal;
+    let previousEpoch;
+    let failures = 0;
+    while (!stop.aborted) {
+      let session;
+      try {
+        session = await this.#table.createSession(this.workerId, { previousEpoch });
+      } catch (e) {
+        const waitMs = rules.sessionRetryMs(toRust(e), failures, clock.now(), Math.random());
+        failures += 1;
+        this.#logger.warn('session not opened', { workerId: this.workerId, error: String(e?.message ?? e), waitMs });
+        await sleep(waitMs, stop).catch(() => {});
+        continue;
+      }
+      failures = 0;
+      previousEpoch = session.epoch;
+      session._coverWhen((lease) => {
+        const held = this.#tracked.get(lease.id);
+        return held?.lease === lease && wasm.movesWithSession(held.epoch, held.keeper.reason, session.epoch);
+      });
+      this.#session = session;
+      this.#logger.info?.('session opened', { workerId: this.workerId, epoch: session.epoch });
+      // Work of an earlier epoch of ours is claimed back like a dead session's.
+      this.#reclaimOwn = true;
+      this.#wakeOrphans.notify();
+      await this.#holdSession(session, stop);
+    }
+  }
+
+  /** Renews `session` until it is lost (then every handler is aborted) or the loop stops. */
+  async #holdSession(session, stop) {
+    const rules = this.#table.rules;
+    for (;;) {
+      const deadline = session.deadline;
+      await sleep(Math.max(0, rules.sessionWakeAt(JSON.stringify(session)) - clock.mono()), stop).catch(() => {});
+      if (stop.aborted) {
+        return;
+      }
+      const now = clock.mono();
+      if (now >= deadline) {
+        break;
+      }
+      // Rule 2: nothing runs past the deadline, a renewal stuck in the network included.
+      try {
+        await session.renew({ signal: AbortSignal.timeout(Math.max(1, Math.ceil(deadline - now))) });
+      } catch (e) {
+        this.#logger.warn('session lost', { workerId: this.workerId, epoch: session.epoch, error: String(e?.message ?? e) });
+        break;
+      }
+    }
+    this.#session = undefined;
+    for (const tracked of this.#tracked.values()) {
+      if (tracked !== CLAIMING) {
+        tracked.keeper.cancel('Deadline');
+      }
+    }
+  }
+
+  /** Session mode's graceful end: one write frees everything held; the work is hinted. */
+  async #endSession(ids) {
+    const session = this.#session;
+    if (session === undefined) {
+      return;
+    }
+    try {
+      await session.end();
+      this.#logger.info?.('session ended', { workerId: this.workerId, epoch: session.epoch });
+    } catch (e) {
+      this.#logger.warn('session end failed; it will expire', { workerId: this.workerId, error: String(e?.message ?? e) });
+    }
+    this.#session = undefined;
+    if (this.#sqs !== undefined) {
+      await Promise.all(ids.map((id) => this.#handOver(id)));
+    }
   }
 
   /** Every interval, one batched read of the desired state of every held lease; STOPPED aborts. */
@@ -431,7 +579,8 @@ class Worker {
           MaxNumberOfMessages: wasm.hintBatchSize(this.#capacity()),
           WaitTimeSeconds: Math.round(waitMs / 1000),
         });
-        const out = await this.#sqs.send(receive, { abortSignal: AbortSignal.timeout(waitMs + POLL_ANSWER_MARGIN_MS) });
+        const margin = this.#settings.pollAnswerMarginMs;
+        const out = await this.#sqs.send(receive, { abortSignal: AbortSignal.timeout(waitMs + margin) });
         failures = 0;
         messages = out.Messages ?? [];
       } catch (e) {
@@ -495,7 +644,7 @@ class Worker {
     const { SendMessageCommand } = require('@aws-sdk/client-sqs');
     try {
       const message = new SendMessageCommand({ QueueUrl: this.#queueUrl, MessageBody: wasm.hintBody(id) });
-      await this.#sqs.send(message, { abortSignal: AbortSignal.timeout(HAND_OVER_TIMEOUT_MS) });
+      await this.#sqs.send(message, { abortSignal: AbortSignal.timeout(this.#settings.handOverTimeoutMs) });
     } catch (e) {
       this.#logger.warn('hand-over hint failed', { connectionId: id, error: String(e?.message ?? e) });
     }

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use leaselock::{Attributes, Error, Result, TableConfig};
+use leaselock::{Attributes, Error, LeaseMode, Result, TableConfig};
 use serde_json::{Map, Value};
 
-/// The lease modes a table may use. Session mode is not available from Node yet.
-const MODES: &[&str] = &["item"];
+/// The lease modes a table may use: per-item leases (the default) or one session per worker.
+const MODES: &[(&str, LeaseMode)] = &[("item", LeaseMode::PerItem), ("session", LeaseMode::Session)];
 
 /// The options of `new LeaseTable(...)` other than `client`.
 const OPTIONS: &[&str] = &[
@@ -31,11 +31,16 @@ const ATTRIBUTE_NAMES: &[&str] = &["id", "desiredState", "url", "owner", "expire
 pub fn table_config(options_json: &str) -> Result<TableConfig> {
     let options = object("options", serde_json::from_str(options_json).map_err(|e| invalid("options", e))?)?;
     known_keys(&options, "", OPTIONS)?;
-    if let Some(mode) = string(&options, "mode")?.filter(|m| !MODES.contains(&m.as_str())) {
-        return Err(invalid("mode", format!("{mode:?} is not supported here (supported: \"item\")")));
-    }
+    let mode = match string(&options, "mode")? {
+        None => LeaseMode::PerItem,
+        Some(m) => MODES
+            .iter()
+            .find(|(name, _)| *name == m)
+            .map(|(_, mode)| *mode)
+            .ok_or_else(|| invalid("mode", format!("{m:?} is not a lease mode (\"item\" or \"session\")")))?,
+    };
     let table_name = string(&options, "tableName")?.ok_or_else(|| invalid("tableName", "required"))?;
-    let mut config = TableConfig::new(table_name);
+    let mut config = TableConfig::new(table_name).mode(mode);
     if let Some(ms) = millis(&options, "leaseMs")? {
         config = config.lease_duration(ms);
     }
@@ -179,7 +184,9 @@ mod tests {
         assert_eq!(js_field("lease_duration"), "leaseMs");
         assert_eq!(js_field("attributes.expires_at_ms"), "attributeNames.expiresAtMs");
         assert_eq!(js_field("id"), "id");
-        assert!(table_config(r#"{"tableName":"leases","mode":"session"}"#).unwrap_err().to_string().contains("mode"));
+        assert_eq!(table_config(r#"{"tableName":"leases","mode":"session"}"#).unwrap().mode, LeaseMode::Session);
+        assert_eq!(table_config(r#"{"tableName":"leases","mode":"item"}"#).unwrap().mode, LeaseMode::PerItem);
+        assert!(table_config(r#"{"tableName":"leases","mode":"sessions"}"#).unwrap_err().to_string().contains("mode"));
         assert!(table_config(r#"{"tableName":"leases","leseMs":1}"#).unwrap_err().to_string().contains("leseMs"));
         assert!(table_config(r#"{"tableName":"leases","leaseMs":"1"}"#).unwrap_err().to_string().contains("leaseMs"));
         let bad_attr = r#"{"tableName":"leases","attributeNames":{"fence":7}}"#;

@@ -12,6 +12,7 @@ mod config;
 mod error;
 mod lease;
 mod protocol;
+mod session;
 mod worker;
 
 use leaselock::protocol::{
@@ -324,19 +325,19 @@ pub fn worker_settings(options_json: &str) -> Result<String, JsValue> {
 /// When to query the orphan index again after `failures` failed polls in a row.
 #[wasm_bindgen(js_name = orphanRetryMs)]
 pub fn orphan_retry_ms(failures: u32, interval_ms: f64, random: f64) -> f64 {
-    worker::orphan_retry_ms(failures, interval_ms as u64, random) as f64
+    decide::orphan_retry_ms(failures, interval_ms as u64, random) as f64
 }
 
 /// When to poll the hint queue again after `failures` failed receives in a row.
 #[wasm_bindgen(js_name = hintRetryMs)]
 pub fn hint_retry_ms(failures: u32, random: f64) -> f64 {
-    worker::hint_retry_ms(failures, random) as f64
+    decide::hint_retry_ms(failures, random) as f64
 }
 
 /// The random phase of the desired-state loop.
 #[wasm_bindgen(js_name = desiredStatePhaseMs)]
 pub fn desired_state_phase_ms(interval_ms: f64, random: f64) -> f64 {
-    worker::desired_state_phase_ms(interval_ms as u64, random) as f64
+    decide::desired_state_phase_ms(interval_ms as u64, random) as f64
 }
 
 /// The work id a hint message's body names; throws (InvalidInput) for an unreadable body.

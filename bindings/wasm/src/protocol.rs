@@ -21,8 +21,13 @@ use crate::error;
 use crate::lease::{JsItem, JsLease};
 
 /// An operation's result as JavaScript sees it.
-pub trait IntoJs {
+pub trait IntoJs: Sized {
     fn into_js(self) -> Value;
+
+    /// The `{"done": value}` step's text.
+    fn done_json(self) -> String {
+        json!({ "done": self.into_js() }).to_string()
+    }
 }
 
 impl IntoJs for () {
@@ -34,6 +39,11 @@ impl IntoJs for () {
 impl IntoJs for Lease {
     fn into_js(self) -> Value {
         json!(JsLease::from(self))
+    }
+
+    /// Serialized straight from the struct (every renewal ends here): no `Value` tree.
+    fn done_json(self) -> String {
+        format!(r#"{{"done":{}}}"#, serde_json::to_string(&JsLease::from(self)).expect("plain data serializes"))
     }
 }
 
@@ -129,7 +139,7 @@ fn step_json<T: IntoJs>(step: Step<T>) -> String {
             serde_json::to_string(&request).expect("requests serialize")
         ),
         Step::Sleep { ms } => format!(r#"{{"sleep":{ms}}}"#),
-        Step::Done(value) => json!({ "done": value.into_js() }).to_string(),
+        Step::Done(value) => value.done_json(),
         Step::Fail(e) => json!({ "fail": error::to_json(&e) }).to_string(),
     }
 }

@@ -11,16 +11,12 @@ use serde_json::{json, Value};
 
 use crate::lease::{JsItem, JsLease};
 
-/// The design's defaults, as the tokio worker has them (`leaselock::worker`, which needs the
-/// native runtime, so the values are repeated here for the Node worker).
-pub const DEFAULT_MAX_CONNECTIONS: u64 = 700;
-pub const DEFAULT_ORPHAN_INTERVAL_MS: u64 = 2_000;
-pub const DEFAULT_DESIRED_STATE_INTERVAL_MS: u64 = 10_000;
-pub const DEFAULT_HANDLER_GRACE_MS: u64 = 5_000;
-pub const DEFAULT_HINT_WAIT_MS: u64 = 5_000;
-pub const MAX_HINT_WAIT_MS: u64 = 20_000;
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
 
-/// `new Worker(...)`'s settings, with the defaults filled in.
+/// `new Worker(...)`'s settings, with core's defaults filled in, and the worker's fixed limits
+/// (claims in flight, how long a long poll or a hand-over hint may take).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Settings {
@@ -30,6 +26,10 @@ pub struct Settings {
     pub desired_state_interval_ms: u64,
     pub handler_grace_ms: u64,
     pub hint_wait_ms: u64,
+    pub claim_concurrency: usize,
+    pub hint_claim_concurrency: usize,
+    pub poll_answer_margin_ms: u64,
+    pub hand_over_timeout_ms: u64,
 }
 
 const SETTINGS: &[&str] = &[
@@ -55,7 +55,7 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     if let Some(k) = map.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
         return Err(invalid(k, format!("unknown option (known: {})", SETTINGS[..7].join(", "))));
     }
-    let ms = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
+    let num = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
         match map.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
@@ -77,32 +77,21 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     }
     let settings = Settings {
         worker_id: worker_id.to_string(),
-        max_connections: ms("maxConnections", DEFAULT_MAX_CONNECTIONS, 1)?,
-        orphan_interval_ms: ms("orphanIntervalMs", DEFAULT_ORPHAN_INTERVAL_MS, 1)?,
-        desired_state_interval_ms: ms("desiredStateIntervalMs", DEFAULT_DESIRED_STATE_INTERVAL_MS, 1)?,
-        handler_grace_ms: ms("handlerGraceMs", DEFAULT_HANDLER_GRACE_MS, 0)?,
-        hint_wait_ms: ms("hintWaitMs", DEFAULT_HINT_WAIT_MS, 0)?,
+        max_connections: num("maxConnections", decide::DEFAULT_MAX_CONNECTIONS as u64, 1)?,
+        orphan_interval_ms: num("orphanIntervalMs", ms(decide::DEFAULT_ORPHAN_INTERVAL), 1)?,
+        desired_state_interval_ms: num("desiredStateIntervalMs", ms(decide::DEFAULT_DESIRED_STATE_INTERVAL), 1)?,
+        handler_grace_ms: num("handlerGraceMs", ms(decide::DEFAULT_HANDLER_GRACE), 0)?,
+        hint_wait_ms: num("hintWaitMs", ms(decide::DEFAULT_HINT_WAIT), 0)?,
+        claim_concurrency: decide::CLAIM_CONCURRENCY,
+        hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
+        poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),
+        hand_over_timeout_ms: ms(decide::HAND_OVER_TIMEOUT),
     };
-    if settings.hint_wait_ms > MAX_HINT_WAIT_MS {
-        return Err(invalid("hintWaitMs", format!("at most {MAX_HINT_WAIT_MS}")));
+    let max_wait = ms(decide::MAX_HINT_WAIT);
+    if settings.hint_wait_ms > max_wait {
+        return Err(invalid("hintWaitMs", format!("at most {max_wait}")));
     }
     Ok(settings)
-}
-
-/// When to query the orphan index again after `failures` failed polls in a row (the tokio
-/// worker's orphan loop waits the same).
-pub fn orphan_retry_ms(failures: u32, interval_ms: u64, random: f64) -> u64 {
-    interval_ms + leaselock::lease::backoff_ms(failures, interval_ms / 4, 4 * interval_ms, random)
-}
-
-/// When to poll the hint queue again after `failures` failed receives in a row.
-pub fn hint_retry_ms(failures: u32, random: f64) -> u64 {
-    leaselock::lease::backoff_ms(failures, 200, 10_000, random)
-}
-
-/// The random phase of the desired-state loop: spreads a fleet's reads over one interval.
-pub fn desired_state_phase_ms(interval_ms: u64, random: f64) -> u64 {
-    (interval_ms as f64 * random.clamp(0.0, 1.0)) as u64
 }
 
 /// One orphan poll's inputs, as JavaScript gives them.
@@ -205,14 +194,6 @@ mod tests {
         assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
         assert!(err(r#"{"workerId":"w","hintWaitMs":21000,"hints":true,"queueUrl":"q"}"#).contains("hintWaitMs"));
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
-    }
-
-    #[test]
-    fn retry_waits_grow_and_stay_bounded() {
-        assert_eq!(orphan_retry_ms(1, 2_000, 0.0), 2_000);
-        assert_eq!(orphan_retry_ms(30, 2_000, 1.0), 10_000);
-        assert_eq!(hint_retry_ms(30, 1.0), 10_000);
-        assert_eq!(desired_state_phase_ms(10_000, 0.5), 5_000);
     }
 
     #[test]

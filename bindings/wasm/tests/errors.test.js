@@ -68,7 +68,8 @@ test('table options are checked before anything is sent, naming the option', () 
   assert.throws(make({ renewMs: 0 }), rejectsInvalid('renewMs'));
   assert.throws(make({ clockSkewMs: 0 }), rejectsInvalid('clockSkewMs'));
   assert.throws(make({ tableName: 'x' }), rejectsInvalid('tableName'));
-  assert.throws(make({ mode: 'session' }), rejectsInvalid('mode'));
+  assert.throws(make({ mode: 'sessions' }), rejectsInvalid('mode'));
+  assert.equal(make({ mode: 'session' })().mode, 'session');
   assert.throws(make({ leseMs: 1 }), rejectsInvalid('leseMs'));
   assert.throws(make({ attributeNames: { fence: 'lease_owner' } }), rejectsInvalid('attributeNames.fence'));
   assert.throws(() => new LeaseTable({ tableName: 'leases' }), rejectsInvalid('client'));

@@ -34,14 +34,20 @@ function run(cmd, args, env) {
   return child;
 }
 
-test('the Node reference worker streams, checkpoints, hands over on SIGTERM and resumes', { timeout: 90_000 }, async (t) => {
+for (const mode of ['per-item', 'session']) {
+test(`the Node reference worker (${mode}) streams, checkpoints, hands over on SIGTERM and resumes`, { timeout: 90_000 }, async (t) => {
   const suffix = `${process.pid}-${Date.now().toString(36)}`;
-  const env = { ...process.env, LEASELOCK_TABLE: `example-${suffix}`, LEASELOCK_MESSAGES_TABLE: `example-msgs-${suffix}` };
+  const env = {
+    ...process.env,
+    LEASELOCK_MODE: mode,
+    LEASELOCK_TABLE: `example-${suffix}`,
+    LEASELOCK_MESSAGES_TABLE: `example-msgs-${suffix}`,
+  };
   const port = await freePort();
   execFileSync(cli, ['table', 'create'], { env, stdio: 'ignore' });
   const upstream = run(cli, ['upstream', '--listen', `127.0.0.1:${port}`, '--rate', '40'], env);
   const sdk = client();
-  const table = new LeaseTable({ client: sdk, tableName: env.LEASELOCK_TABLE });
+  const table = new LeaseTable({ client: sdk, tableName: env.LEASELOCK_TABLE, mode: mode === 'session' ? 'session' : 'item' });
   try {
     for (const id of STREAMS) {
       await eventually(() => table.start(id, `ws://127.0.0.1:${port}/${id}`).then(() => true, () => false), 5_000, 'start');
@@ -57,7 +63,18 @@ test('the Node reference worker streams, checkpoints, hands over on SIGTERM and 
       assert.deepEqual({ code, signal }, { code: 0, signal: null });
       for (const id of STREAMS) {
         const item = await table.get(id);
-        assert.deepEqual([item.fence, item.expiresAtMs], [runNo, 0], `${id} released after run ${runNo}`);
+        if (mode === 'session') {
+          // Freed by the session's end (one write), not per stream.
+          assert.equal(item.fence, runNo, `${id} claimed once in run ${runNo}`);
+        } else {
+          assert.deepEqual([item.fence, item.expiresAtMs], [runNo, 0], `${id} released after run ${runNo}`);
+        }
+      }
+      if (mode === 'session') {
+        // (An earlier run's session left with nothing may have been retired from the listing.)
+        const sessions = await table.sessions();
+        assert.ok(sessions.length >= 1 && sessions.length <= runNo, `${sessions.length} sessions`);
+        assert.ok(sessions.every((s) => s.expiresAtMs === 0), 'every session ended');
       }
       floor = Math.min(...(await lastSeqs()));
     }
@@ -83,3 +100,4 @@ test('the Node reference worker streams, checkpoints, hands over on SIGTERM and 
   assert.equal(stats.double_owner, 0);
   assert.ok(stats.connections >= 4);
 });
+}

@@ -3,9 +3,10 @@
 //! worker only drives these; the Python and Node drivers reuse them.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::lease::{backoff_ms, claim_cutoff, is_orphan, retry_fits};
-use crate::{DesiredState, Error, Lease, LeaseItem, TableConfig};
+use crate::{DesiredState, Error, Lease, LeaseItem, Session, SessionItem, TableConfig};
 
 /// Why a handler's cancellation token fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +53,32 @@ pub fn counts_as_lost(reason: Option<CancelReason>) -> bool {
     matches!(reason, Some(CancelReason::Lost | CancelReason::Deadline))
 }
 
+/// Whether the worker releases the connection itself once its handler has ended: as
+/// [`should_release`], except at shutdown in session mode, where one session write frees
+/// everything the worker holds.
+pub fn releases_after_handler(reason: Option<CancelReason>, session_mode: bool) -> bool {
+    should_release(reason) && !(session_mode && reason == Some(CancelReason::Shutdown))
+}
+
+/// The design's defaults for a worker (every driver uses these).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 700;
+pub const DEFAULT_ORPHAN_INTERVAL: Duration = Duration::from_secs(2);
+pub const DEFAULT_DESIRED_STATE_INTERVAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_HANDLER_GRACE: Duration = Duration::from_secs(5);
+/// The hint queue's long-poll wait; a shutdown waits for the poll in flight, so keep it short.
+pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(5);
+/// SQS's longest long poll.
+pub const MAX_HINT_WAIT: Duration = Duration::from_secs(20);
+/// How long after its wait time a long poll may still take to be answered.
+pub const POLL_ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// How long a hand-over hint (work released at shutdown) may take to send.
+pub const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Claims in flight at once from one orphan poll (a crashed peer's work is taken in parallel).
+pub const CLAIM_CONCURRENCY: usize = 16;
+/// Claims in flight at once from one batch of hints.
+pub const HINT_CLAIM_CONCURRENCY: usize = 10;
+
 /// How much of a `[0, 1)` random draw moves a periodic interval: ±20 %.
 pub const JITTER_FRACTION: f64 = 0.2;
 
@@ -71,6 +98,22 @@ pub fn orphan_lookahead_ms(interval_ms: u64) -> u64 {
 /// The cutoff to query the orphan index with at wall time `now_ms`.
 pub fn orphan_query_cutoff(now_ms: u64, config: &TableConfig, interval_ms: u64) -> u64 {
     claim_cutoff(now_ms, config) + orphan_lookahead_ms(interval_ms)
+}
+
+/// When to query the orphan index again after `failures` failed polls in a row.
+pub fn orphan_retry_ms(failures: u32, interval_ms: u64, unit: f64) -> u64 {
+    interval_ms + backoff_ms(failures, interval_ms / 4, 4 * interval_ms, unit)
+}
+
+/// When to poll the hint queue again after `failures` failed receives in a row.
+pub fn hint_retry_ms(failures: u32, unit: f64) -> u64 {
+    backoff_ms(failures, 200, 10_000, unit)
+}
+
+/// The random phase of the desired-state loop: spreads a fleet's reads over one interval (after
+/// it the period is exact, so a STOP is seen within one interval).
+pub fn desired_state_phase_ms(interval_ms: u64, unit: f64) -> u64 {
+    (interval_ms as f64 * unit.clamp(0.0, 1.0)) as u64
 }
 
 /// What one orphan poll decided.
@@ -208,6 +251,48 @@ pub fn after_renewal_error(
     }
 }
 
+/// Session mode: how long to wait before opening a session again after `err`, the
+/// `failures`-th failure in a row (0-based). Our own session of an earlier run that still lives
+/// by rule 1 is waited out; anything else backs off. Never longer than one lease.
+pub fn session_retry_ms(err: &Error, failures: u32, now_ms: u64, config: &TableConfig, unit: f64) -> u64 {
+    let wait = match err {
+        Error::Held { expires_at_ms, .. } => expires_at_ms.saturating_sub(now_ms) + config.skew_ms() + 1,
+        _ => config.renew_ms() / 4 + backoff_ms(failures, config.renew_ms() / 4, config.renew_ms(), unit),
+    };
+    wait.min(config.lease_ms())
+}
+
+/// Session mode: when the session loop wakes next (monotonic): the renewal, or the deadline
+/// when that comes first. At the deadline every handler stops (rule 2) and a new epoch begins.
+pub fn session_wake_at(session: &Session, config: &TableConfig) -> u64 {
+    session.next_renew_mono_ms(config).min(session.deadline_mono_ms)
+}
+
+/// Session mode: whether a held connection's deadline moves with a renewal of `session`: only
+/// work claimed under that epoch and not already given up.
+pub fn moves_with_session(claimed_under: Option<u64>, reason: Option<CancelReason>, session: &Session) -> bool {
+    claimed_under == Some(session.epoch) && !matches!(reason, Some(CancelReason::Deadline | CancelReason::Lost))
+}
+
+/// Session mode: whether a claim that landed under epoch `claimed_under` is cancelled at once
+/// (`Deadline`) because the worker's session was lost, or a new epoch began, while it was in
+/// flight (`epoch_now`).
+pub fn claim_outlived_session(claimed_under: Option<u64>, epoch_now: Option<u64>) -> bool {
+    claimed_under != epoch_now
+}
+
+/// Session mode: whose connections a dead-session poll claims, as (owner, epoch to retire once
+/// it holds nothing): the dead sessions found (except our own, never retired by us), and our own
+/// earlier epochs' work once after a new epoch began (`reclaim_own`).
+pub fn dead_session_owners(dead: &[SessionItem], own: &str, reclaim_own: bool) -> Vec<(String, Option<u64>)> {
+    let mut owners: Vec<(String, Option<u64>)> =
+        dead.iter().map(|s| (s.owner.clone(), Some(s.epoch).filter(|_| s.owner != own))).collect();
+    if reclaim_own {
+        owners.push((own.to_string(), None));
+    }
+    owners
+}
+
 /// The held ids whose desired state is STOPPED, sorted.
 pub fn stopped_ids(states: &HashMap<String, Option<DesiredState>>) -> Vec<String> {
     let mut ids: Vec<String> =
@@ -251,6 +336,43 @@ mod tests {
         assert_eq!(jittered_ms(2_000, 7.0), 2_400);
         assert_eq!(orphan_lookahead_ms(2_000), 2_650);
         assert_eq!(orphan_query_cutoff(100_000, &cfg(), 2_000), 99_000 + 2_650);
+    }
+
+    #[test]
+    fn retry_waits_grow_and_stay_bounded() {
+        assert_eq!(orphan_retry_ms(1, 2_000, 0.0), 2_000);
+        assert_eq!(orphan_retry_ms(30, 2_000, 1.0), 10_000);
+        assert_eq!(hint_retry_ms(30, 1.0), 10_000);
+        assert_eq!(desired_state_phase_ms(10_000, 0.5), 5_000);
+        assert_eq!(desired_state_phase_ms(10_000, 3.0), 10_000);
+    }
+
+    #[test]
+    fn session_decisions() {
+        let c = cfg();
+        let held = Error::Held { owner: "w".into(), expires_at_ms: 105_000 };
+        // Our own live session: waited out past the skew, at most one lease.
+        assert_eq!(session_retry_ms(&held, 0, 100_000, &c, 0.5), 6_001);
+        assert_eq!(session_retry_ms(&held, 0, 0, &c, 0.5), c.lease_ms());
+        assert_eq!(session_retry_ms(&Error::Throttled, 0, 0, &c, 0.5), 1_250 + 625);
+        assert!(session_retry_ms(&Error::Throttled, 30, 0, &c, 1.0) <= c.lease_ms());
+        let s = Session { owner: "w".into(), epoch: 3, expires_at_ms: 0, deadline_mono_ms: 19_000 };
+        assert_eq!(session_wake_at(&s, &c), 5_000);
+        assert!(moves_with_session(Some(3), None, &s) && moves_with_session(Some(3), Some(CancelReason::Stopped), &s));
+        assert!(!moves_with_session(Some(2), None, &s) && !moves_with_session(None, None, &s));
+        assert!(!moves_with_session(Some(3), Some(CancelReason::Deadline), &s));
+        assert!(claim_outlived_session(Some(3), None) && claim_outlived_session(Some(3), Some(4)));
+        assert!(!claim_outlived_session(Some(3), Some(3)));
+        let dead = [
+            SessionItem { owner: "a".into(), epoch: 2, expires_at_ms: 0 },
+            SessionItem { owner: "me".into(), epoch: 1, expires_at_ms: 0 },
+        ];
+        assert_eq!(dead_session_owners(&dead, "me", false), vec![("a".into(), Some(2)), ("me".into(), None)]);
+        assert_eq!(dead_session_owners(&[], "me", true), vec![("me".to_string(), None)]);
+        assert!(releases_after_handler(Some(CancelReason::Shutdown), false));
+        assert!(!releases_after_handler(Some(CancelReason::Shutdown), true));
+        assert!(releases_after_handler(Some(CancelReason::Deadline), true));
+        assert!(!releases_after_handler(Some(CancelReason::Lost), true));
     }
 
     #[test]

@@ -9,13 +9,9 @@ use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessage
 use futures::StreamExt;
 use tracing::{debug, warn};
 
-use super::decide::hint_batch_size;
+use super::decide::{hint_batch_size, hint_retry_ms, HAND_OVER_TIMEOUT, HINT_CLAIM_CONCURRENCY, POLL_ANSWER_MARGIN};
 use super::{Claim, HintQueue, Inner};
-use crate::lease::backoff_ms;
 use crate::Hint;
-
-/// How long after its wait time a long poll may still take to be answered.
-pub const POLL_ANSWER_MARGIN: Duration = Duration::from_secs(5);
 
 pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
     let mut failures = 0u32;
@@ -53,7 +49,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             }
             Err(error) => {
                 failures += 1;
-                let delay = backoff_ms(failures, 200, 10_000, rand::random());
+                let delay = hint_retry_ms(failures, rand::random());
                 warn!(%error, retry_in_ms = delay, "hint receive failed");
                 tokio::select! {
                     biased;
@@ -84,7 +80,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
                     (m, outcome)
                 }
             })
-            .buffer_unordered(10)
+            .buffer_unordered(HINT_CLAIM_CONCURRENCY)
             .collect()
             .await;
         settle(&queue, outcomes).await;
@@ -140,7 +136,7 @@ async fn settle(queue: &HintQueue, outcomes: Vec<(Message, Claim)>) {
 /// of at its next orphan poll. Best effort: the orphan index finds whatever a lost hint leaves.
 pub(crate) async fn hand_over(queue: &HintQueue, id: &str) {
     let sent = queue.client.send_message().queue_url(&queue.queue_url).message_body(Hint::new(id).to_json()).send();
-    match tokio::time::timeout(Duration::from_secs(2), sent).await {
+    match tokio::time::timeout(HAND_OVER_TIMEOUT, sent).await {
         Ok(Ok(_)) => debug!(connection_id = %id, "released work hinted to the fleet"),
         Ok(Err(e)) => {
             warn!(connection_id = %id, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "hand-over hint failed")

@@ -11,7 +11,7 @@ use tracing::{debug, error, info, warn};
 
 use super::connection::{Connection, Held};
 use super::decide::{
-    after_renewal, after_renewal_error, counts_as_lost, is_fleet_work, should_release, CancelReason, RenewStep,
+    after_renewal, after_renewal_error, counts_as_lost, is_fleet_work, releases_after_handler, CancelReason, RenewStep,
 };
 use super::Inner;
 use crate::{Error, LeaseStore};
@@ -87,8 +87,7 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
         warn!(connection_id = %id, reason = ?reason, "lease lost");
     }
     // Session mode: at shutdown one session write frees everything (after every handler ended).
-    let session_end = inner.session_mode() && reason == Some(CancelReason::Shutdown);
-    if should_release(reason) && !session_end {
+    if releases_after_handler(reason, inner.session_mode()) {
         let lease = held.lease.lock().await;
         match store.release(&lease).await {
             Ok(()) => {

@@ -36,7 +36,6 @@ mod clock;
 mod connection;
 pub mod decide;
 mod hints;
-pub use hints::POLL_ANSWER_MARGIN;
 mod lease_task;
 mod reconcile;
 mod report;
@@ -56,29 +55,21 @@ use tracing::{debug, error, info, warn};
 
 pub use clock::TokioClock;
 pub use connection::Connection;
-pub use decide::CancelReason;
+pub use decide::{
+    CancelReason, DEFAULT_DESIRED_STATE_INTERVAL, DEFAULT_HANDLER_GRACE, DEFAULT_HINT_WAIT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_HINT_WAIT, POLL_ANSWER_MARGIN,
+};
 
 use crate::config::validate_id;
 use crate::{Error, LeaseMode, LeaseStore, Result, Session};
 use connection::Held;
-use decide::{claim_failure, is_fleet_work, ClaimFailure};
+use decide::{claim_failure, claim_outlived_session, is_fleet_work, moves_with_session, ClaimFailure};
 use report::{Counters, Reporter};
 
 /// The error a handler may return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type Handler = Arc<dyn Fn(Connection) -> BoxFuture<'static, std::result::Result<(), BoxError>> + Send + Sync>;
-
-/// Defaults from the design.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 700;
-pub const DEFAULT_ORPHAN_INTERVAL: Duration = Duration::from_secs(2);
-pub const DEFAULT_DESIRED_STATE_INTERVAL: Duration = Duration::from_secs(10);
-pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);
-pub const DEFAULT_HANDLER_GRACE: Duration = Duration::from_secs(5);
-/// The hint queue's long-poll wait; a shutdown waits for the poll in flight, so keep it short.
-pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(5);
-/// SQS's longest long poll.
-pub const MAX_HINT_WAIT: Duration = Duration::from_secs(20);
 
 /// Where START hints arrive.
 #[derive(Debug, Clone)]
@@ -307,8 +298,7 @@ impl Inner {
             for t in leases.by_id.values() {
                 if let Tracked::Held(h) = t {
                     // Only work claimed under this epoch and not already given up moves along.
-                    let ended = matches!(h.cancel.reason(), Some(CancelReason::Deadline | CancelReason::Lost));
-                    if h.session_epoch == Some(s.epoch) && !ended {
+                    if moves_with_session(h.session_epoch, h.cancel.reason(), s) {
                         h.deadline_mono_ms.fetch_max(s.deadline_mono_ms, std::sync::atomic::Ordering::SeqCst);
                     }
                 }
@@ -399,7 +389,7 @@ impl Inner {
             }
             // The session was lost (or a new epoch began) while the claim was in flight.
             let epoch_now = self.session.lock().expect("session poisoned").as_ref().map(|s| s.epoch);
-            if self.session_mode() && epoch_now != held.session_epoch {
+            if self.session_mode() && claim_outlived_session(held.session_epoch, epoch_now) {
                 held.cancel.cancel(CancelReason::Deadline);
             }
         }

@@ -8,14 +8,11 @@ use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    jittered_ms, orphan_query_cutoff, plan_orphans, stopped_ids, CancelReason, OrphanPlan, OrphanPoll,
+    dead_session_owners, desired_state_phase_ms, jittered_ms, orphan_query_cutoff, orphan_retry_ms, plan_orphans,
+    stopped_ids, CancelReason, OrphanPlan, OrphanPoll, CLAIM_CONCURRENCY,
 };
 use super::Inner;
-use crate::lease::backoff_ms;
 use crate::Result;
-
-/// Claims in flight at once from one poll (a crashed peer's work is taken over in parallel).
-const CLAIM_CONCURRENCY: usize = 16;
 
 pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     let mut failures = 0;
@@ -31,8 +28,7 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
             Err(e) => {
                 warn!(error = %e, "orphan query failed");
                 failures += 1;
-                let interval = inner.settings.orphan_interval.as_millis() as u64;
-                interval + backoff_ms(failures, interval / 4, 4 * interval, rand::random())
+                orphan_retry_ms(failures, inner.settings.orphan_interval.as_millis() as u64, rand::random())
             }
         };
         tokio::select! {
@@ -93,18 +89,16 @@ async fn claim_dead_sessions(inner: &Inner) -> Result<()> {
         return Ok(());
     }
     let cutoff = crate::lease::claim_cutoff(store.clock().now_ms(), store.config());
-    let mut owners: Vec<(String, Option<u64>)> =
-        store.sessions(cutoff).await?.into_iter().map(|s| (s.owner, Some(s.epoch))).collect();
-    if inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        owners.push((inner.id.clone(), None));
-    }
+    let dead = store.sessions(cutoff).await?;
+    let reclaim_own = inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst);
+    let owners = dead_session_owners(&dead, &inner.id, reclaim_own);
     for (owner, epoch) in owners {
         if inner.shutdown.is_cancelled() || inner.permits.available_permits() == 0 {
             return Ok(());
         }
         let owned = store.owned_by(&owner).await?;
         if owned.is_empty() {
-            if let Some(epoch) = epoch.filter(|_| owner != inner.id) {
+            if let Some(epoch) = epoch {
                 store.retire_session(&owner, epoch).await?;
             }
             continue;
@@ -130,7 +124,7 @@ pub(crate) async fn desired_state_loop(inner: Arc<Inner>) {
     let interval = inner.settings.desired_state_interval;
     // A random phase spreads a fleet's reads; after it the period is exact, so a STOP is seen
     // within one interval.
-    let phase = interval.mul_f64(rand::random::<f64>());
+    let phase = Duration::from_millis(desired_state_phase_ms(interval.as_millis() as u64, rand::random()));
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

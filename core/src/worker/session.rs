@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::decide::{session_retry_ms, session_wake_at};
 use super::lease_task::sleep_until_mono;
 use super::{CancelReason, Inner};
-use crate::lease::backoff_ms;
 use crate::{Error, Session};
 
 /// Runs until `stop` fires between two renewals (a renewal in flight is finished first, so
@@ -27,21 +27,13 @@ pub(crate) async fn session_loop(inner: Arc<Inner>, stop: CancellationToken) {
         let session = match store.create_session(&inner.id, previous).await {
             Ok(session) => session,
             Err(e) => {
-                let wait_ms = match &e {
-                    // Our own session of an earlier run still lives by rule 1: wait it out.
-                    Error::Held { expires_at_ms, .. } => {
-                        expires_at_ms.saturating_sub(store.clock().now_ms()) + config.skew_ms() + 1
-                    }
-                    _ => {
-                        config.renew_ms() / 4
-                            + backoff_ms(failures, config.renew_ms() / 4, config.renew_ms(), rand::random())
-                    }
-                };
+                // Our own session of an earlier run that still lives by rule 1 is waited out.
+                let wait_ms = session_retry_ms(&e, failures, store.clock().now_ms(), &config, rand::random());
                 warn!(worker_id = %inner.id, error = %e, wait_ms, "session not opened");
                 failures += 1;
                 tokio::select! {
                     () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_millis(wait_ms.min(config.lease_ms()))) => {}
+                    () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
                 }
                 continue;
             }
@@ -66,10 +58,9 @@ async fn hold(inner: &Inner, mut session: Session, stop: &CancellationToken) {
     let config = store.config();
     loop {
         let deadline = session.deadline_mono_ms;
-        let next = session.next_renew_mono_ms(config);
         tokio::select! {
             () = stop.cancelled() => return,
-            () = sleep_until_mono(store, next.min(deadline)) => {}
+            () = sleep_until_mono(store, session_wake_at(&session, config)) => {}
         }
         if store.clock().monotonic_ms() >= deadline {
             break;

@@ -1,0 +1,102 @@
+'use strict';
+// Session mode: one session item per worker, renewed for every connection held under it. A
+// Session is the handle of one epoch; each operation is core's protocol (CreateSession,
+// RenewSession, EndSession, ClaimInSession) driven with the table's DynamoDBClient.
+
+/**
+ * A live session. `deadline` is when everything held under it must stop acting, on the
+ * `performance.now()` clock, whatever DynamoDB says (rule 2). Operations run one at a time.
+ */
+class Session {
+  #table;
+  #data;
+  /** Leases claimed under this session and not given up: a renewal moves their deadline. */
+  #leases = new Set();
+  #queue = Promise.resolve();
+  #covers = () => true;
+
+  constructor(table, data) {
+    this.#table = table;
+    this.#data = data;
+  }
+
+  get table() {
+    return this.#table;
+  }
+
+  get owner() {
+    return this.#data.owner;
+  }
+
+  /** The session item's fence: a new session of the same owner has a higher epoch. */
+  get epoch() {
+    return this.#data.epoch;
+  }
+
+  get expiresAtMs() {
+    return this.#data.expiresAtMs;
+  }
+
+  get deadline() {
+    return this.#data.deadline;
+  }
+
+  toJSON() {
+    return { ...this.#data };
+  }
+
+  #serial(fn) {
+    const run = this.#queue.then(fn);
+    this.#queue = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Extends the session: one write for everything held under it, whose deadlines move along.
+   * LeaseLostError once the epoch is not the item's any more or the deadline has passed.
+   */
+  renew({ signal } = {}) {
+    return this.#serial(async () => {
+      this.#data = await this.#table._renewSession(this.#data, signal);
+      for (const lease of this.#leases) {
+        if (this.#covers(lease)) {
+          lease._cover(this.#data.deadline);
+        }
+      }
+      return this;
+    });
+  }
+
+  /** Ends the session (expiry 0) with one write: everything held under it is free at once. */
+  end({ signal } = {}) {
+    return this.#serial(async () => {
+      await this.#table._endSession(this.#data, signal);
+      this.#leases.clear();
+    });
+  }
+
+  /**
+   * Claims STARTED work `id` under this session: unowned work, or a dead session's (one
+   * TransactWriteItems). LeaseHeldError while its holder's session lives. The lease's
+   * checkpoint, fenced writes and release work as for any lease; its renew renews the session.
+   */
+  async claim(id, { signal } = {}) {
+    const lease = await this.#table._claimInSession(id, this, this.#data, signal);
+    // A renewal may have landed while the claim was in flight.
+    lease._cover(this.#data.deadline);
+    this.#leases.add(lease);
+    return lease;
+  }
+
+  /** Internal: which leases a renewal moves along (the worker's decision; all by default). */
+  _coverWhen(predicate) {
+    this.#covers = predicate;
+  }
+
+  /** Internal: `lease` is no longer held under this session. */
+  _forget(lease) {
+    this.#leases.delete(lease);
+  }
+}
+
+module.exports = { Session };

@@ -1,0 +1,266 @@
+// Session mode from Node against the local engine: claims under a session, a live session's
+// work refused, the takeover of a dead session's work (one transaction, fence + 1) and what the
+// stale session may still do (nothing), the one-write end, and the Worker's session loop.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { performance } from 'node:perf_hooks';
+import { SQSClient, CreateQueueCommand, SendMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import leaselock from '../index.js';
+import helpers from './helpers.js';
+
+const { Worker, LeaseHeldError, LeaseLostError, InvalidInputError } = leaselock;
+const { client, freshTable, rawItem, putRaw, eventually } = helpers;
+
+const FAST = { mode: 'session', leaseMs: 3_000, renewMs: 300, clockSkewMs: 300 };
+const LIMIT = { timeout: 60_000 };
+const quiet = { warn() {} };
+
+/** A DynamoDBClient whose requests are counted by operation (a middleware before sending). */
+function countingClient() {
+  const sdk = client();
+  const counts = new Map();
+  const log = [];
+  sdk.middlewareStack.add(
+    (next, context) => (args) => {
+      counts.set(context.commandName, (counts.get(context.commandName) ?? 0) + 1);
+      const values = args.input.ExpressionAttributeValues ?? {};
+      log.push({ command: context.commandName, id: args.input.Key?.connection_id?.S, zero: values[':zero'] !== undefined });
+      return next(args);
+    },
+    { step: 'initialize', name: 'countRequests' },
+  );
+  return { sdk, counts, log, total: () => log.length };
+}
+
+async function startAll(table, ids) {
+  await Promise.all(ids.map((id) => table.start(id, `ws://127.0.0.1:9/${id}`)));
+}
+
+const sessionItem = (table, owner) => rawItem(table, `session/${owner}`);
+
+test('a claim under a session: owner, epoch, fence + 1, the sentinel expiry and the session deadline', LIMIT, async () => {
+  const table = await freshTable(FAST);
+  assert.equal(table.mode, 'session');
+  await startAll(table, ['a', 'b']);
+  const session = await table.createSession('w1');
+  assert.equal(session.owner, 'w1');
+  assert.ok(session.epoch >= 1);
+  assert.ok(session.expiresAtMs > Date.now());
+  assert.ok(session.deadline > performance.now() && session.deadline <= performance.now() + FAST.leaseMs);
+  const lease = await session.claim('a');
+  assert.equal(lease.owner, 'w1');
+  assert.equal(lease.fence, 1);
+  assert.equal(lease.deadline, session.deadline);
+  assert.equal(lease.session, session);
+  const raw = await rawItem(table, 'a');
+  assert.equal(raw.session_epoch.N, String(session.epoch));
+  assert.ok(Number(raw.lease_expires_at_ms.N) > Date.now() + 365 * 24 * 3600 * 1000, 'the held sentinel');
+  // Checkpoints go through the lease as for any lease; a renewal moves every lease's deadline.
+  await lease.checkpoint(5);
+  assert.equal((await rawItem(table, 'a')).last_seq.N, '5');
+  const before = lease.deadline;
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  await session.renew();
+  assert.ok(lease.deadline > before && lease.deadline === session.deadline);
+  const sessions = await table.sessions();
+  assert.deepEqual(
+    sessions.map((s) => [s.owner, s.epoch]),
+    [['w1', session.epoch]],
+  );
+  // A per-item table refuses sessions, naming the option.
+  const plain = await freshTable({});
+  await assert.rejects(plain.createSession('w1'), (e) => e instanceof InvalidInputError && e.field === 'mode');
+});
+
+test("another live session's work is refused with LeaseHeldError", LIMIT, async () => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['a']);
+  const one = await table.createSession('w1');
+  await one.claim('a');
+  const two = await table.createSession('w2');
+  await assert.rejects(two.claim('a'), (e) => e instanceof LeaseHeldError && e.owner === 'w1');
+  const raw = await rawItem(table, 'a');
+  assert.equal(raw.lease_owner.S, 'w1');
+  assert.equal(raw.fence.N, '1');
+});
+
+test("a dead session's work is taken over after expiry + skew with fence + 1; the stale session changes nothing", LIMIT, async () => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['a']);
+  const stale = await table.createSession('w1');
+  const old = await stale.claim('a');
+  await old.checkpoint(3);
+  const staleItem = await sessionItem(table, 'w1');
+  const counting = countingClient();
+  const { LeaseTable } = leaselock;
+  const other = new LeaseTable({ ...FAST, client: counting.sdk, tableName: table.tableName });
+  const fresh = await other.createSession('w2');
+  // Refused while w1's session lives by rule 1; taken by one transaction once it is dead.
+  let lease;
+  let transactions;
+  await eventually(
+    async () => {
+      // w2's own session must live meanwhile.
+      if (fresh.deadline - performance.now() < FAST.leaseMs - FAST.renewMs) {
+        await fresh.renew();
+      }
+      transactions = counting.counts.get('TransactWriteItemsCommand') ?? 0;
+      try {
+        lease = await fresh.claim('a');
+        return true;
+      } catch (e) {
+        assert.ok(e instanceof LeaseHeldError, `${e}`);
+        return false;
+      }
+    },
+    15_000,
+    'the takeover',
+  );
+  assert.ok(Date.now() > stale.expiresAtMs + FAST.clockSkewMs, 'not before expiry + skew');
+  assert.equal(lease.fence, old.fence + 1);
+  assert.equal(lease.lastSeq, 3);
+  assert.equal(counting.counts.get('TransactWriteItemsCommand') - transactions, 1, 'one transaction takes it');
+  const taken = await rawItem(table, 'a');
+  assert.deepEqual([taken.lease_owner.S, taken.fence.N, taken.session_epoch.N], ['w2', '2', String(fresh.epoch)]);
+  // The stale session: its renewal and its lease's checkpoint are refused and write nothing.
+  await assert.rejects(stale.renew(), LeaseLostError);
+  await assert.rejects(old.checkpoint(4), LeaseLostError);
+  await assert.rejects(old.renew(), LeaseLostError);
+  assert.deepEqual(await rawItem(table, 'a'), taken);
+  assert.deepEqual(await sessionItem(table, 'w1'), staleItem);
+});
+
+test('end() frees everything held under the session with one write', LIMIT, async () => {
+  const table = await freshTable(FAST);
+  const ids = ['a', 'b', 'c'];
+  await startAll(table, ids);
+  const counting = countingClient();
+  const { LeaseTable } = leaselock;
+  const mine = new LeaseTable({ ...FAST, client: counting.sdk, tableName: table.tableName });
+  const session = await mine.createSession('w1');
+  await Promise.all(ids.map((id) => session.claim(id)));
+  const sent = counting.total();
+  await session.end();
+  assert.equal(counting.total() - sent, 1, 'one request');
+  assert.equal((await sessionItem(table, 'w1')).lease_expires_at_ms.N, '0');
+  // Everything is free at once, without waiting for any expiry.
+  const next = await table.createSession('w2');
+  const leases = await Promise.all(ids.map((id) => next.claim(id)));
+  assert.deepEqual(
+    leases.map((l) => l.fence),
+    [2, 2, 2],
+  );
+});
+
+/** A handler that checkpoints every 100 ms until its signal aborts, and records how it ended. */
+function recorder() {
+  const conns = new Map();
+  const handler = async (conn, signal) => {
+    const seen = { conn, seq: conn.lastSeq ?? 0, ended: null, runs: (conns.get(conn.id)?.runs ?? 0) + 1 };
+    conns.set(conn.id, seen);
+    while (!signal.aborted) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      if (signal.aborted) break;
+      await conn.checkpoint(seen.seq + 1).then(
+        () => (seen.seq += 1),
+        () => {},
+      );
+    }
+    seen.ended = { reason: signal.reason, at: performance.now(), deadline: conn.deadline };
+  };
+  return { conns, handler };
+}
+
+test('a Worker in session mode: one session for everything; a session rewritten behind its back aborts every handler before the deadline; a new epoch claims the work back; shutdown ends the session with one write', LIMIT, async (t) => {
+  const counting = countingClient();
+  const table = await freshTable(FAST, counting.sdk);
+  const ids = ['s1', 's2', 's3'];
+  await startAll(table, ids);
+  const { conns, handler } = recorder();
+  const worker = new Worker({ table, handler, workerId: 'node-w1', orphanIntervalMs: 200, logger: quiet });
+  const running = worker.run();
+  t.after(() => {
+    worker.shutdown();
+    return running;
+  });
+  await eventually(() => conns.size === 3 && [...conns.values()].every((c) => c.seq >= 2), 15_000, 'three handlers checkpointing');
+  const epoch = worker.snapshot().sessionEpoch;
+  assert.ok(epoch >= 1);
+  for (const id of ids) {
+    assert.equal((await rawItem(table, id)).session_epoch.N, String(epoch));
+  }
+  // One session renewal per renew interval for all three: no per-connection renewal.
+  const updates = () => counting.counts.get('UpdateItemCommand') ?? 0;
+  const mark = updates();
+  const checkpoints = () => [...conns.values()].reduce((n, c) => n + c.seq, 0);
+  const marked = checkpoints();
+  await new Promise((resolve) => setTimeout(resolve, 10 * FAST.renewMs));
+  const renewals = updates() - mark - (checkpoints() - marked);
+  assert.ok(renewals >= 5 && renewals <= 12, `${renewals} session renewals in 10 renew intervals`);
+
+  // Behind its back: the session item gets another epoch (and an expiry that is running out).
+  const first = new Map(ids.map((id) => [id, conns.get(id)]));
+  const item = await sessionItem(table, 'node-w1');
+  await putRaw(table, { ...item, fence: { N: String(epoch + 1) }, lease_expires_at_ms: { N: String(Date.now()) } });
+  await eventually(() => [...first.values()].every((c) => c.ended), 5_000, 'every handler aborted');
+  for (const seen of first.values()) {
+    assert.ok(seen.ended.reason instanceof LeaseLostError, `${seen.ended.reason}`);
+    assert.ok(seen.ended.at < seen.ended.deadline, 'aborted before the session deadline');
+  }
+  // A new epoch afterwards: the worker claims its own earlier epoch's work back (fence + 1).
+  await eventually(() => ids.every((id) => conns.get(id) !== first.get(id) && !conns.get(id).ended), 15_000, 'work claimed back');
+  const now = worker.snapshot();
+  assert.ok(now.sessionEpoch > epoch + 1, `epoch ${now.sessionEpoch}`);
+  assert.deepEqual(now.held, ids);
+  for (const id of ids) {
+    assert.equal(conns.get(id).conn.fence, first.get(id).conn.fence + 1);
+  }
+
+  // Graceful shutdown: the handlers end, then one session write frees everything.
+  const sent = counting.total();
+  worker.shutdown();
+  const snapshot = await running;
+  assert.deepEqual(snapshot.held, []);
+  const atShutdown = counting.log.slice(sent).filter((r) => r.command === 'UpdateItemCommand');
+  const ends = atShutdown.filter((r) => r.id === 'session/node-w1' && r.zero);
+  assert.equal(ends.length, 1, 'one session write frees everything');
+  assert.deepEqual(
+    atShutdown.filter((r) => r.id !== 'session/node-w1' && r.zero),
+    [],
+    'no per-connection release',
+  );
+  assert.equal((await sessionItem(table, 'node-w1')).lease_expires_at_ms.N, '0');
+  for (const id of ids) {
+    assert.equal((await rawItem(table, id)).lease_owner.S, 'node-w1');
+  }
+  const next = await table.createSession('w2');
+  await Promise.all(ids.map((id) => next.claim(id)));
+});
+
+test('session mode with hints: a hint is claimed under the session; shutdown ends the session, then hints the work', LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  const sqs = new SQSClient({});
+  const { QueueUrl: queueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `${table.tableName}-hints` }));
+  const { conns, handler } = recorder();
+  // Orphan polls a minute apart: only the hint can explain a quick claim.
+  const worker = new Worker({ table, handler, sqs, queueUrl, workerId: 'node-h', orphanIntervalMs: 60_000, hintWaitMs: 1_000, logger: quiet });
+  const running = worker.run();
+  t.after(() => {
+    worker.shutdown();
+    return running;
+  });
+  await eventually(() => worker.snapshot().sessionEpoch !== null && worker.snapshot().orphanPolls >= 1, 8_000, 'session open');
+  await startAll(table, ['h1', 'h2']);
+  for (const id of ['h1', 'h2']) {
+    await sqs.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify({ connection_id: id }) }));
+  }
+  await eventually(() => conns.has('h1') && conns.has('h2'), 8_000, 'claimed from the hints');
+  const epoch = worker.snapshot().sessionEpoch;
+  assert.equal((await rawItem(table, 'h1')).session_epoch.N, String(epoch));
+  worker.shutdown();
+  await running;
+  assert.equal((await sessionItem(table, 'node-h')).lease_expires_at_ms.N, '0');
+  const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }));
+  const hinted = (out.Messages ?? []).map((m) => JSON.parse(m.Body).connection_id).sort();
+  assert.deepEqual(hinted, ['h1', 'h2']);
+});
