@@ -23,4 +23,5 @@ export const {
   TableNotFoundError,
   ShutdownError,
 } = leaselock;
+export const { LeaderElector, Term } = leaselock;
 export default leaselock;

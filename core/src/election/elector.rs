@@ -11,74 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::decide::{self, MinLease};
-use super::{slot_of, Candidate, ElectionBackend, Strategy, Timing};
+use super::{slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, Timing};
 use crate::config::validate_id;
 use crate::{Error, Lease, Result};
-
-/// How an elector claims and holds. Every field has a builder method.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElectionOptions {
-    /// How long a contender keeps retrying before it gives up with [`Outcome::Skipped`] (default 0: one try).
-    pub wait: Duration,
-    /// The lease is kept at least this long after the claim, even when the action is done sooner,
-    /// so a job run on every host is not run twice in one period (default 0).
-    pub min_lease: Duration,
-    /// Prepended to every election key (`{prefix}leader/{name}`, `{prefix}group/{name}#slot-{i}`).
-    pub key_prefix: String,
-    /// Pause between two claim attempts, jittered to between half of it and all of it (default 200 ms).
-    pub retry_delay: Duration,
-    /// Strategic elections: how often the leader asks the strategy again; it steps down at the
-    /// end of a term when the strategy picks someone else (default: the lease duration).
-    pub term: Option<Duration>,
-    /// Strategic elections: how long a candidate's registration lasts without a refresh
-    /// (refreshed every third of it; default: the lease duration).
-    pub candidate_ttl: Option<Duration>,
-}
-
-impl Default for ElectionOptions {
-    fn default() -> Self {
-        Self {
-            wait: Duration::ZERO,
-            min_lease: Duration::ZERO,
-            key_prefix: String::new(),
-            retry_delay: Duration::from_millis(200),
-            term: None,
-            candidate_ttl: None,
-        }
-    }
-}
-
-impl ElectionOptions {
-    pub fn wait(mut self, d: Duration) -> Self {
-        self.wait = d;
-        self
-    }
-
-    pub fn min_lease(mut self, d: Duration) -> Self {
-        self.min_lease = d;
-        self
-    }
-
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    pub fn retry_delay(mut self, d: Duration) -> Self {
-        self.retry_delay = d;
-        self
-    }
-
-    pub fn term(mut self, d: Duration) -> Self {
-        self.term = Some(d);
-        self
-    }
-
-    pub fn candidate_ttl(mut self, d: Duration) -> Self {
-        self.candidate_ttl = Some(d);
-        self
-    }
-}
 
 /// Why a term ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,13 +119,7 @@ impl LeaderElector {
     /// An elector claiming as `owner` (unique per process: a host name plus a pid, for example).
     pub fn new(backend: Arc<dyn ElectionBackend>, owner: impl Into<String>, options: ElectionOptions) -> Result<Self> {
         let owner = owner.into();
-        validate_id("owner", &owner)?;
-        if options.retry_delay.is_zero() {
-            return Err(Error::invalid("retry_delay", "must be greater than zero"));
-        }
-        if options.term.is_some_and(|t| t.is_zero()) {
-            return Err(Error::invalid("term", "must be greater than zero"));
-        }
+        options.validate(&owner)?;
         Ok(Self { backend, owner, options })
     }
 

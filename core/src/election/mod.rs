@@ -28,6 +28,7 @@ pub mod decide;
 pub mod dynamo;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod elector;
+mod options;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod registry;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
@@ -38,7 +39,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
-pub use elector::{ElectionOptions, LeaderElector, Outcome, Term, TermEnd};
+pub use elector::{LeaderElector, Outcome, Term, TermEnd};
+pub use options::ElectionOptions;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub use registry::{CandidateRegistry, MemoryRegistry};
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
