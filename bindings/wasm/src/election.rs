@@ -308,7 +308,10 @@ mod tests {
         assert_eq!(strategy(r#""LeastLoaded""#).unwrap(), Strategy::LeastLoaded);
         assert_eq!(strategy(r#"{"preferredNode":"n1"}"#).unwrap(), Strategy::PreferredNode("n1".into()));
         for bad in [r#""Best""#, "{}", "7", "nope"] {
-            assert!(matches!(strategy(bad), Err(Error::InvalidInput { ref field, .. }) if field == "strategy"), "{bad}");
+            assert!(
+                matches!(strategy(bad), Err(Error::InvalidInput { ref field, .. }) if field == "strategy"),
+                "{bad}"
+            );
         }
     }
 
