@@ -10,5 +10,6 @@ node --test --test-concurrency=1 \
   tests/worker.test.js \
   tests/readme.test.js \
   tests/example.test.js
-# The election tests time real processes against leases: on an engine of their own.
-MOTO_PORT="${ELECTION_MOTO_PORT:-4589}" ../../scripts/with-services.sh node --test tests/election.test.mjs
+# The election tests time real processes against leases: on an engine of their own
+# (with-services.sh runs its command from the repository root).
+MOTO_PORT="${ELECTION_MOTO_PORT:-4589}" ../../scripts/with-services.sh node --test bindings/wasm/tests/election.test.mjs
