@@ -247,7 +247,8 @@ async fn dynamodb_candidate_registry_lists_refreshes_and_forgets() {
     use leaselock::election::CandidateRegistry;
     let ttl = Duration::from_millis(1_500);
     registry.register("candidates/x", &Candidate::new("a", 1.0).meta("zone", "z1"), ttl).await.unwrap();
-    registry.register("candidates/x", &Candidate::new("b", 2.0).load(0.5), Duration::from_millis(300)).await.unwrap();
+    // Short, but longer than the three round trips to a loaded engine before the listing.
+    registry.register("candidates/x", &Candidate::new("b", 2.0).load(0.5), Duration::from_millis(1_000)).await.unwrap();
     registry.register("candidates/x", &Candidate::new("a", 3.0).meta("zone", "z1"), ttl).await.unwrap();
     let listed = registry.candidates("candidates/x").await.unwrap();
     assert_eq!(listed.iter().map(|c| (c.id.as_str(), c.score)).collect::<Vec<_>>(), [("a", 3.0), ("b", 2.0)]);
