@@ -415,13 +415,13 @@ class Term {
       return;
     }
     const id = this.#lease.id;
+    // The caller's own abort keeps its reason; the end of a term says why it ended.
     const error =
-      reason === 'Released'
-        ? Object.assign(new LeaseLockError(`term on ${id} is over`, 'Released'), { reason })
-        : new LeaseLostError(`term on ${id} is over (${reason})`, { id, reason });
-    if (cause !== undefined) {
-      error.cause = cause;
-    }
+      reason === 'Aborted'
+        ? cause
+        : reason === 'Released'
+          ? Object.assign(new LeaseLockError(`term on ${id} is over`, 'Released'), { reason })
+          : new LeaseLostError(`term on ${id} is over (${reason})`, { id, reason });
     this.#controller.abort(error);
   }
 }

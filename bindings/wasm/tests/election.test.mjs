@@ -153,6 +153,23 @@ describe('LeaderElector', () => {
     assert.equal(out.value, 'LeaseLostError');
   });
 
+  test("the caller's signal ends the action with its reason, and the lease is released", async () => {
+    const caller = new AbortController();
+    const elector = new LeaderElector({ table, owner: 'abort-a' });
+    const out = await elector.runIfLeader(
+      'abort',
+      async (term, signal) => {
+        setTimeout(() => caller.abort(new Error('enough')), 20);
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+        return signal.reason.message;
+      },
+      { signal: caller.signal },
+    );
+    assert.deepEqual([out.value, out.end], ['enough', 'Finished']);
+    const next = await new LeaderElector({ table, owner: 'abort-b' }).runIfLeader('abort', async (t) => t.fence);
+    assert.equal(next.value, 2);
+  });
+
   test('three processes over 200 terms never lead at once, fences strictly increase', async (t) => {
     const shared = Shared.create('terms');
     const procs = [0, 1, 2].map((i) =>
