@@ -222,3 +222,83 @@ export declare class TableNotFoundError extends StoreError {
 export declare class ShutdownError extends LeaseLockError {
   readonly reason: 'Shutdown';
 }
+
+// Leader, group and strategic election.
+
+export interface LeaderElectorOptions {
+  /** The lease table to elect in; or give `client` + `tableName` (and its timing) instead. */
+  table?: LeaseTable;
+  client?: DynamoDBClient;
+  tableName?: string;
+  leaseMs?: number;
+  renewMs?: number;
+  clockSkewMs?: number;
+  /** Unique per process; default host-pid-random. */
+  owner?: string;
+  /** How long a contender keeps retrying before it is skipped (default 0: one try). */
+  waitMs?: number;
+  /** The lease is kept at least this long after the claim, even after a short action. */
+  minLeaseMs?: number;
+  /** Prepended to the election keys (`{keyPrefix}leader/{name}`, `{keyPrefix}group/{name}#slot-{i}`). */
+  keyPrefix?: string;
+  /** Pause between claim attempts, jittered to between half of it and all of it (default 200). */
+  retryDelayMs?: number;
+  /** Strategic elections: how often the leader asks the strategy again (default: the lease). */
+  termMs?: number;
+  /** Strategic elections: how long a registration lasts without a refresh (default: the lease). */
+  candidateTtlMs?: number;
+}
+
+/** What an elected action is handed. `signal` aborts when the term is over. */
+export declare class Term {
+  readonly fence: number;
+  readonly lease: Lease;
+  readonly key: string;
+  /** The slot held, for group elections; otherwise null. */
+  readonly slot: number | null;
+  /** The local deadline, on the `performance.now()` clock. */
+  readonly deadline: number;
+  readonly signal: AbortSignal;
+  readonly cancelled: boolean;
+}
+
+export type TermEnd = 'Finished' | 'Lost' | 'SteppedDown';
+
+export type ElectionOutcome<T> =
+  | { led: true; skipped: false; fence: number; value: T; end: TermEnd }
+  | { led: false; skipped: true; holder: string | null };
+
+export type ElectionStrategy = 'HighestScore' | 'LeastLoaded' | { preferredNode: string };
+
+export interface CandidateInfo {
+  /** Higher is better for HighestScore. */
+  score?: number;
+  /** Lower is better for LeastLoaded. */
+  load?: number;
+  metadata?: Record<string, string>;
+}
+
+export declare class LeaderElector {
+  constructor(options: LeaderElectorOptions);
+  readonly owner: string;
+  readonly table: LeaseTable;
+  leaderKey(name: string): string;
+  runIfLeader<T>(
+    name: string,
+    action: (term: Term, signal: AbortSignal) => Promise<T> | T,
+    options?: { signal?: AbortSignal },
+  ): Promise<ElectionOutcome<T>>;
+  runIfSlot<T>(
+    name: string,
+    slots: number,
+    action: (term: Term, signal: AbortSignal) => Promise<T> | T,
+    options?: { signal?: AbortSignal },
+  ): Promise<ElectionOutcome<T>>;
+  runIfElected<T>(
+    name: string,
+    candidate: CandidateInfo,
+    strategy: ElectionStrategy,
+    action: (term: Term, signal: AbortSignal) => Promise<T> | T,
+    options?: { signal?: AbortSignal },
+  ): Promise<ElectionOutcome<T>>;
+}

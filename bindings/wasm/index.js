@@ -30,3 +30,9 @@ module.exports = {
   TableNotFoundError: errors.TableNotFoundError,
   ShutdownError: errors.ShutdownError,
 };
+
+// Leader, group and strategic election (the same keys and decisions as the Rust and Python electors).
+const election = require('./lib/election');
+
+module.exports.LeaderElector = election.LeaderElector;
+module.exports.Term = election.Term;

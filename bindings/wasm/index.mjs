@@ -24,4 +24,5 @@ export const {
   TableNotFoundError,
   ShutdownError,
 } = leaselock;
+export const { LeaderElector, Term } = leaselock;
 export default leaselock;

@@ -39,7 +39,6 @@ pub mod store;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
-#[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub mod election;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;

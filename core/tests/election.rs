@@ -247,7 +247,8 @@ async fn dynamodb_candidate_registry_lists_refreshes_and_forgets() {
     use leaselock::election::CandidateRegistry;
     let ttl = Duration::from_millis(1_500);
     registry.register("candidates/x", &Candidate::new("a", 1.0).meta("zone", "z1"), ttl).await.unwrap();
-    registry.register("candidates/x", &Candidate::new("b", 2.0).load(0.5), Duration::from_millis(300)).await.unwrap();
+    // Short, but longer than the three round trips to a loaded engine before the listing.
+    registry.register("candidates/x", &Candidate::new("b", 2.0).load(0.5), Duration::from_millis(1_000)).await.unwrap();
     registry.register("candidates/x", &Candidate::new("a", 3.0).meta("zone", "z1"), ttl).await.unwrap();
     let listed = registry.candidates("candidates/x").await.unwrap();
     assert_eq!(listed.iter().map(|c| (c.id.as_str(), c.score)).collect::<Vec<_>>(), [("a", 3.0), ("b", 2.0)]);
@@ -300,4 +301,110 @@ fn dynamodb_minimum_lease_across_processes() {
 fn dynamodb_frozen_leader_is_cancelled_and_fenced_off() {
     let Some(space) = dynamo_table() else { return };
     election_support::frozen_leader(&dynamo_setup(space));
+}
+
+/// The stored candidate ids of a registry item, expired ones included.
+async fn stored_candidates(table: &leaselock::LeaseTable, election: &str) -> Vec<String> {
+    let out = table
+        .client()
+        .get_item()
+        .table_name(&table.config().table_name)
+        .key(&table.config().attributes.id, aws_sdk_dynamodb::types::AttributeValue::S(table.config().key(election)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = out
+        .item()
+        .and_then(|i| i.get(leaselock::protocol::election::CANDIDATES_ATTRIBUTE))
+        .and_then(|m| m.as_m().ok())
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// A listing that, between its read and its prune, lets a candidate register again: the
+/// interleaving a live re-registration must survive.
+struct RegisterBetweenReadAndPrune {
+    list: leaselock::protocol::ListCandidates,
+    again: Option<leaselock::protocol::request::UpdateItem>,
+    prune: Option<leaselock::protocol::Step<Vec<Candidate>>>,
+    prunes_sent: Arc<AtomicU32>,
+}
+
+impl leaselock::protocol::Operation for RegisterBetweenReadAndPrune {
+    type Output = Vec<Candidate>;
+    fn next(&mut self, input: leaselock::protocol::Input) -> leaselock::protocol::Step<Vec<Candidate>> {
+        use leaselock::protocol::{Answer, Request, Step};
+        if let Some(prune) = self.prune.take() {
+            assert!(matches!(input.answer, Some(Answer::Ok(_))), "the registration landed: {:?}", input.answer);
+            self.prunes_sent.fetch_add(1, Ordering::SeqCst);
+            return prune;
+        }
+        let step = self.list.next(input);
+        if let Step::Send { request: Request::UpdateItem(u), .. } = &step {
+            if u.update_expression.starts_with("REMOVE") {
+                if let Some(again) = self.again.take() {
+                    self.prune = Some(step);
+                    return Step::Send { request: Request::UpdateItem(again), attempt_timeout_ms: 2_000 };
+                }
+            }
+        }
+        step
+    }
+}
+
+#[tokio::test]
+async fn dynamodb_registry_prunes_long_expired_candidates_but_never_a_live_registration() {
+    use leaselock::election::CandidateRegistry;
+    use leaselock::protocol::election::refresh_request;
+    let Some(table) = common::table(TableConfig::new("prune"), None).await else { return };
+    let grace = Duration::from_millis(1_500);
+    let registry = DynamoRegistry::for_table(&table).prune_after(grace);
+    let election = "candidates/p";
+    let short = Duration::from_millis(100);
+    registry.register(election, &Candidate::new("live", 1.0), Duration::from_secs(60)).await.unwrap();
+    // Both short registrations run out after `registered + short` and before `done + short`.
+    let registered = Instant::now();
+    registry.register(election, &Candidate::new("gone", 2.0), short).await.unwrap();
+    registry.register(election, &Candidate::new("back", 3.0), short).await.unwrap();
+    let done = Instant::now();
+    // Expired but within the grace: left out of the listing, not removed.
+    loop {
+        let listed = registry.candidates(election).await.unwrap();
+        if listed.len() == 1 {
+            assert_eq!(listed[0].id, "live");
+            break;
+        }
+        assert!(registered.elapsed() < Duration::from_secs(1), "the short registrations never ran out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(registered.elapsed() < grace, "the engine is too slow for this check");
+    assert_eq!(stored_candidates(&table, election).await, ["back", "gone", "live"]);
+    tokio::time::sleep((done + short + grace + Duration::from_millis(100)).saturating_duration_since(Instant::now()))
+        .await;
+
+    // "back" registers again after the read that found it long expired, before the prune: the
+    // prune's condition on the expiry it read fails, and the fresh registration stays.
+    let now = leaselock::Clock::now_ms(&SystemClock);
+    let prunes_sent = Arc::new(AtomicU32::new(0));
+    let again = refresh_request(table.config(), election, &Candidate::new("back", 3.0), now + 60_000);
+    let op = RegisterBetweenReadAndPrune {
+        list: leaselock::protocol::ListCandidates::new(table.config(), election)
+            .unwrap()
+            .prune_after_ms(grace.as_millis() as u64),
+        again: Some(again),
+        prune: None,
+        prunes_sent: prunes_sent.clone(),
+    };
+    let listed = table.run(op).await.unwrap();
+    assert_eq!(listed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["live"], "listed as read");
+    assert_eq!(prunes_sent.load(Ordering::SeqCst), 1, "the prune was sent after the registration");
+    assert_eq!(stored_candidates(&table, election).await, ["back", "gone", "live"]);
+
+    // The next listing prunes "gone" (long expired) and keeps both live registrations.
+    let listed = registry.candidates(election).await.unwrap();
+    assert_eq!(listed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["back", "live"]);
+    assert_eq!(stored_candidates(&table, election).await, ["back", "live"]);
 }

@@ -351,3 +351,6 @@ pub fn hint_connection_id(body: &str) -> Result<String, JsValue> {
 pub fn hint_body(id: &str) -> String {
     leaselock::Hint::new(id).to_json()
 }
+
+/// Election: the candidate registry's operations and the elector's decisions (`lib/election.js`).
+mod election;

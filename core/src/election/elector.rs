@@ -10,74 +10,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{slot_of, Candidate, ElectionBackend, Strategy, Timing};
+use super::decide::{self, MinLease};
+use super::{slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, Timing};
 use crate::config::validate_id;
 use crate::{Error, Lease, Result};
-
-/// How an elector claims and holds. Every field has a builder method.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElectionOptions {
-    /// How long a contender keeps retrying before it gives up with [`Outcome::Skipped`] (default 0: one try).
-    pub wait: Duration,
-    /// The lease is kept at least this long after the claim, even when the action is done sooner,
-    /// so a job run on every host is not run twice in one period (default 0).
-    pub min_lease: Duration,
-    /// Prepended to every election key (`{prefix}leader/{name}`, `{prefix}group/{name}#slot-{i}`).
-    pub key_prefix: String,
-    /// Pause between two claim attempts, jittered to between half of it and all of it (default 200 ms).
-    pub retry_delay: Duration,
-    /// Strategic elections: how often the leader asks the strategy again; it steps down at the
-    /// end of a term when the strategy picks someone else (default: the lease duration).
-    pub term: Option<Duration>,
-    /// Strategic elections: how long a candidate's registration lasts without a refresh
-    /// (refreshed every third of it; default: the lease duration).
-    pub candidate_ttl: Option<Duration>,
-}
-
-impl Default for ElectionOptions {
-    fn default() -> Self {
-        Self {
-            wait: Duration::ZERO,
-            min_lease: Duration::ZERO,
-            key_prefix: String::new(),
-            retry_delay: Duration::from_millis(200),
-            term: None,
-            candidate_ttl: None,
-        }
-    }
-}
-
-impl ElectionOptions {
-    pub fn wait(mut self, d: Duration) -> Self {
-        self.wait = d;
-        self
-    }
-
-    pub fn min_lease(mut self, d: Duration) -> Self {
-        self.min_lease = d;
-        self
-    }
-
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
-        self
-    }
-
-    pub fn retry_delay(mut self, d: Duration) -> Self {
-        self.retry_delay = d;
-        self
-    }
-
-    pub fn term(mut self, d: Duration) -> Self {
-        self.term = Some(d);
-        self
-    }
-
-    pub fn candidate_ttl(mut self, d: Duration) -> Self {
-        self.candidate_ttl = Some(d);
-        self
-    }
-}
 
 /// Why a term ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,13 +119,7 @@ impl LeaderElector {
     /// An elector claiming as `owner` (unique per process: a host name plus a pid, for example).
     pub fn new(backend: Arc<dyn ElectionBackend>, owner: impl Into<String>, options: ElectionOptions) -> Result<Self> {
         let owner = owner.into();
-        validate_id("owner", &owner)?;
-        if options.retry_delay.is_zero() {
-            return Err(Error::invalid("retry_delay", "must be greater than zero"));
-        }
-        if options.term.is_some_and(|t| t.is_zero()) {
-            return Err(Error::invalid("term", "must be greater than zero"));
-        }
+        options.validate(&owner)?;
         Ok(Self { backend, owner, options })
     }
 
@@ -207,17 +137,17 @@ impl LeaderElector {
 
     /// The key of the leader lease of `name`.
     pub fn leader_key(&self, name: &str) -> String {
-        format!("{}leader/{name}", self.options.key_prefix)
+        decide::leader_key(&self.options.key_prefix, name)
     }
 
     /// The key of the group `name` (its slots are `{key}#slot-{i}`).
     pub fn group_key(&self, name: &str) -> String {
-        format!("{}group/{name}", self.options.key_prefix)
+        decide::group_key(&self.options.key_prefix, name)
     }
 
     /// The registry key of the candidates of `name`.
     pub fn candidates_key(&self, name: &str) -> String {
-        format!("{}candidates/{name}", self.options.key_prefix)
+        decide::candidates_key(&self.options.key_prefix, name)
     }
 
     /// Runs `action` only if this process becomes the leader of `name` within the wait.
@@ -309,7 +239,7 @@ impl LeaderElector {
         loop {
             let candidates = self.backend.candidates(election).await?;
             let pick = strategy.pick(&candidates).map(str::to_string);
-            if pick.as_deref() == Some(self.owner.as_str()) {
+            if decide::competes(strategy, &candidates, &self.owner) {
                 match self.claim_within(|| self.backend.claim(&key, &self.owner), Duration::ZERO).await? {
                     Claimed::Lease { lease, sent_mono } => {
                         let term_ms = self.options.term.unwrap_or(timing.lease).as_millis() as u64;
@@ -320,7 +250,7 @@ impl LeaderElector {
                 }
             }
             let delay = self.retry_pause();
-            if clock.monotonic_ms() + delay > wait_until {
+            if !decide::retry_within_wait(clock.monotonic_ms(), delay, wait_until) {
                 return Ok(Outcome::Skipped { holder: pick });
             }
             tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -329,8 +259,7 @@ impl LeaderElector {
 
     /// A jittered pause between half the retry delay and all of it, in ms.
     fn retry_pause(&self) -> u64 {
-        let full = self.options.retry_delay.as_millis() as u64;
-        full / 2 + (rand::random::<f64>() * (full - full / 2) as f64) as u64
+        decide::retry_pause_ms(self.options.retry_delay.as_millis() as u64, rand::random::<f64>())
     }
 
     async fn claim_within<Fut>(&self, claim: impl Fn() -> Fut, wait: Duration) -> Result<Claimed>
@@ -345,7 +274,7 @@ impl LeaderElector {
                 Ok(lease) => return Ok(Claimed::Lease { lease, sent_mono }),
                 Err(Error::Held { owner, .. }) => {
                     let delay = self.retry_pause();
-                    if clock.monotonic_ms() + delay > wait_until {
+                    if !decide::retry_within_wait(clock.monotonic_ms(), delay, wait_until) {
                         return Ok(Claimed::Skipped(Some(owner)));
                     }
                     tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -377,7 +306,7 @@ impl LeaderElector {
             backend: self.backend.clone(),
         };
         let timing = self.backend.timing();
-        let claim_store_ms = lease.expires_at_ms.saturating_sub(timing.lease_ms());
+        let claim_store_ms = decide::claim_store_ms(lease.expires_at_ms, &timing);
         let (tx, mut rx) = watch::channel(lease);
         let keeper = self.keep(&tx, &term, sent_mono, step_down.as_ref());
         tokio::pin!(keeper);
@@ -400,11 +329,14 @@ impl LeaderElector {
                 let kept = async {
                     loop {
                         let held = rx.borrow_and_update().clone();
-                        let elapsed = clock.monotonic_ms() >= sent_mono + min_ms;
-                        if elapsed || held.expires_at_ms >= claim_store_ms + min_ms {
-                            return elapsed;
-                        }
-                        let left = (sent_mono + min_ms).saturating_sub(clock.monotonic_ms());
+                        let now = clock.monotonic_ms();
+                        let until = match decide::min_lease(sent_mono, min_ms, now, held.expires_at_ms, claim_store_ms)
+                        {
+                            MinLease::Release => return true,
+                            MinLease::RunOut => return false,
+                            MinLease::WaitUntil(at) => at,
+                        };
+                        let left = until.saturating_sub(now);
                         tokio::select! {
                             _ = rx.changed() => {}
                             _ = tokio::time::sleep(Duration::from_millis(left)) => {}
@@ -461,7 +393,7 @@ impl LeaderElector {
             if now >= deadline {
                 return TermEnd::Lost;
             }
-            let wake = next_renew.min(deadline).min(next_term.unwrap_or(u64::MAX));
+            let wake = decide::next_wake(next_renew, deadline, next_term);
             tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now))).await;
             let now = clock.monotonic_ms();
             if now >= deadline {
@@ -470,7 +402,7 @@ impl LeaderElector {
             if let (Some(at), Some(s)) = (next_term, step_down) {
                 if now >= at {
                     match self.backend.candidates(s.election).await {
-                        Ok(c) if s.strategy.pick(&c) != Some(self.owner.as_str()) => {
+                        Ok(c) if decide::steps_down(s.strategy, &c, &self.owner) => {
                             debug!(election = %s.election, "a better candidate: stepping down at the term boundary");
                             return TermEnd::SteppedDown;
                         }
@@ -485,14 +417,14 @@ impl LeaderElector {
                 let budget = Duration::from_millis(deadline.saturating_sub(clock.monotonic_ms()));
                 match tokio::time::timeout(budget, self.backend.renew(&mut lease)).await {
                     Ok(Ok(())) => {
-                        next_renew = lease.deadline_mono_ms + timing.skew_ms() + timing.renew_ms() - timing.lease_ms();
+                        next_renew = decide::next_renew_after_success(lease.deadline_mono_ms, &timing);
                         term.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
                         tx.send_replace(lease);
                     }
                     Ok(Err(Error::Lost { .. })) | Err(_) => return TermEnd::Lost,
                     Ok(Err(e)) => {
                         warn!(error = %e, "renewal failed; retrying until the deadline");
-                        next_renew = clock.monotonic_ms() + (timing.renew_ms() / 5).max(20);
+                        next_renew = decide::next_renew_after_failure(clock.monotonic_ms(), &timing);
                     }
                 }
             }

@@ -19,22 +19,35 @@
 //! assert!(matches!(outcome, Outcome::Led { value: 1, .. }));
 //! # });
 //! ```
+//!
+//! The candidates, the strategies and the elector's decisions ([`decide`]) build without the
+//! native features (for wasm); the elector and the backends need tokio.
 
+pub mod decide;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod elector;
+mod options;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod registry;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod store;
 mod strategy;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use elector::{ElectionOptions, LeaderElector, Outcome, Term, TermEnd};
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+pub use elector::{LeaderElector, Outcome, Term, TermEnd};
+pub use options::ElectionOptions;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub use registry::{CandidateRegistry, MemoryRegistry};
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub use store::StoreElection;
 pub use strategy::Strategy;
 
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 use crate::{Clock, Lease, Result};
 
 /// The lease timing an election backend writes with (the same three durations as a lease table).
@@ -90,6 +103,7 @@ impl Candidate {
     }
 }
 
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
 /// What an election needs from a store: named leases with a fence, fixed-size groups of them,
 /// and a registry of candidates. Implemented by [`StoreElection`] (any [`LeaseStore`](crate::LeaseStore))
 /// and by the Redis store.

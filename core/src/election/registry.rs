@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::decide::is_live;
 use super::Candidate;
 use crate::config::validate_id;
 use crate::{Clock, Result};
@@ -17,11 +18,6 @@ pub trait CandidateRegistry: Send + Sync {
     async fn withdraw(&self, election: &str, candidate_id: &str) -> Result<()>;
     /// The candidates whose registration has not run out.
     async fn candidates(&self, election: &str) -> Result<Vec<Candidate>>;
-}
-
-/// Whether a registration expiring at `expires_at_ms` still counts at `now_ms`.
-pub(crate) fn is_live(expires_at_ms: u64, now_ms: u64) -> bool {
-    expires_at_ms > now_ms
 }
 
 /// An in-memory registry (tests, simulations); clones share the candidates.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{slot_id, Candidate, CandidateRegistry, ElectionBackend, Timing};
+use super::{decide, slot_id, Candidate, CandidateRegistry, ElectionBackend, Timing};
 use crate::{Clock, Error, Lease, LeaseStore, Result};
 
 /// An election backend made of a lease store and a candidate registry.
@@ -43,11 +43,9 @@ impl<S: LeaseStore, R: CandidateRegistry> ElectionBackend for StoreElection<S, R
         if slots == 0 {
             return Err(Error::invalid("slots", "must be at least 1"));
         }
-        // Start at a random slot so contenders do not all queue on slot 0.
-        let first = rand::random::<u32>() % slots;
         let mut held = None;
-        for i in 0..slots {
-            match self.store.acquire(&slot_id(key, (first + i) % slots), owner).await {
+        for slot in decide::slot_order(slots, rand::random::<f64>()) {
+            match self.store.acquire(&slot_id(key, slot), owner).await {
                 Ok(lease) => return Ok(lease),
                 Err(e @ Error::Held { .. }) => held = held.or(Some(e)),
                 Err(e) => return Err(e),

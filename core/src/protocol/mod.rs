@@ -54,6 +54,7 @@
 //! assert_eq!((lease.fence, lease.deadline_mono_ms), (1, 10 + 20_000 - 1_000));
 //! ```
 
+pub mod election;
 mod fenced;
 mod ops;
 mod reads;
@@ -64,6 +65,7 @@ pub mod value;
 
 use serde::{Deserialize, Serialize};
 
+pub use election::{ListCandidates, RegisterCandidate, WithdrawCandidate};
 pub use fenced::{checkpoint_update, lease_condition, FencedWrite, MAX_FENCED_WRITES};
 pub use ops::{Acquire, Checkpoint, Release, Renew, Start, Stop};
 pub use reads::{BatchDesiredStates, Get, Items, OrphansPage, OwnedBy, Sessions, BATCH_GET_MAX};

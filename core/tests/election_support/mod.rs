@@ -397,14 +397,22 @@ async fn act(term: Term, role: Role, shared: Shared, store: Arc<Store>) -> TermE
     let limit = if role.mode == "slot" { role.slots as u64 } else { 1 };
     let slot = slot_key(&term);
     let id = role.id.clone();
+    // Rule 2: a holder resumed past its deadline (a stalled process) does not act at all.
     let entered = shared.with_state(|s| {
+        if term.is_cancelled() {
+            return None;
+        }
         let holders = s["holders"].as_u64().unwrap() + 1;
         let last = s["last_fence"][&slot].as_u64().unwrap_or(0);
         s["holders"] = json!(holders);
         s["terms"] = json!(s["terms"].as_u64().unwrap() + 1);
         s["last_fence"][&slot] = json!(fence);
-        (holders, last)
+        Some((holders, last))
     });
+    let Some(entered) = entered else {
+        shared.log(json!({"kind": "late", "id": id, "fence": fence, "t": now_ms()}));
+        return TermEnd::Lost;
+    };
     let t = now_ms();
     shared.log(json!({"kind": "enter", "id": id, "fence": fence, "slot": slot, "holders": entered.0, "pid": std::process::id(), "t": t}));
     if entered.0 > limit {
@@ -665,8 +673,9 @@ pub fn frozen_leader(setup: &Setup) {
     let other = shared.wait_for("a new leader", Duration::from_millis(setup.lease_ms + setup.skew_ms + 10_000), |e| {
         e["kind"] == "act" && e["result"] == "Ok" && e["id"] != frozen.as_str()
     });
-    fleet.signal(&frozen, libc::SIGCONT);
+    // Taken before the signal: the thawed process may run before this thread does again.
     let thawed_at = now_ms();
+    fleet.signal(&frozen, libc::SIGCONT);
     let zombie = shared.wait_for("the thawed leader's write", Duration::from_secs(10), |e| {
         e["kind"] == "zombie_write" && e["id"] == frozen.as_str()
     });
@@ -674,7 +683,11 @@ pub fn frozen_leader(setup: &Setup) {
     fleet.join(Duration::from_secs(30));
     let events = shared.events();
     assert_eq!(zombie["result"], "Lost", "the fenced write of the frozen leader is refused");
-    let cancelled = of_kind(&events, "cancelled").into_iter().find(|e| e["id"] == frozen.as_str()).expect("cancelled");
+    // The frozen term's cancellation (an earlier term of the same process may have ended too).
+    let cancelled = of_kind(&events, "cancelled")
+        .into_iter()
+        .find(|e| e["id"] == frozen.as_str() && e["fence"] == act["fence"])
+        .expect("cancelled");
     assert!(cancelled["t"].as_u64().unwrap() >= thawed_at);
     let late_acts: Vec<Value> = of_kind(&events, "act")
         .into_iter()
