@@ -29,6 +29,16 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             permit = inner.permits.clone().acquire_owned() => permit,
         };
         drop(room);
+        // Balance: at the fair share, hints are left to the workers below theirs.
+        if !inner.below_claim_limit() {
+            tokio::select! {
+                biased;
+                () = inner.shutdown.cancelled() => return,
+                () = inner.balance_changed.notified() => {}
+                () = tokio::time::sleep(inner.settings.orphan_interval) => {}
+            }
+            continue;
+        }
         // A long poll is not abandoned at shutdown: SQS may still hand messages to a poll whose
         // client has gone, and they then stay invisible for the whole visibility timeout. The
         // poll runs out (at most `wait`) and what it brings is given back at once. One the
@@ -38,7 +48,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             .client
             .receive_message()
             .queue_url(&queue.queue_url)
-            .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
+            .max_number_of_messages(hint_batch_size(inner.room()))
             .wait_time_seconds(queue.wait.as_secs() as i32)
             .send();
         let received = match tokio::time::timeout(queue.wait + POLL_ANSWER_MARGIN, poll).await {

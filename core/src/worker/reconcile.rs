@@ -1,6 +1,7 @@
 //! The worker-wide loops that read the table: orphan reconciliation (the sparse GSI) and the
 //! batched desired-state check of every held lease.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,22 +9,24 @@ use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    jittered_ms, orphan_query_cutoff, plan_orphans, stopped_ids, CancelReason, OrphanPlan, OrphanPoll,
+    balance_pace_ms, fair_share, hand_over_now, jittered_ms, orphan_query_cutoff, plan_orphans, stopped_ids,
+    CancelReason, FleetView, OrphanPlan, OrphanPoll, PeerSession,
 };
 use super::Inner;
-use crate::lease::backoff_ms;
-use crate::Result;
+use crate::lease::{backoff_ms, is_orphan};
+use crate::{DesiredState, Result};
 
 /// Claims in flight at once from one poll (a crashed peer's work is taken over in parallel).
 const CLAIM_CONCURRENCY: usize = 16;
 
 pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     let mut failures = 0;
+    let mut balancer = Balancer::default();
     loop {
         if inner.shutdown.is_cancelled() {
             return;
         }
-        let wake_in_ms = match poll_orphans(&inner).await {
+        let wake_in_ms = match poll_orphans(&inner, &mut balancer).await {
             Ok(ms) => {
                 failures = 0;
                 ms
@@ -44,28 +47,58 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     }
 }
 
+/// Session mode: what the balance remembers between polls.
+#[derive(Debug, Default)]
+struct Balancer {
+    /// When each live session (owner, epoch) was first seen, monotonic ms.
+    seen: HashMap<(String, u64), u64>,
+    /// When the last hand-over round began, monotonic ms.
+    last_round_mono_ms: Option<u64>,
+}
+
 /// One poll: query orphans (and leases about to expire), claim what fits, say when to poll next.
-async fn poll_orphans(inner: &Inner) -> Result<u64> {
+async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
     let store = &*inner.store;
     let config = store.config();
     let interval_ms = inner.settings.orphan_interval.as_millis() as u64;
+    let session_mode = inner.session_mode();
     let capacity = inner.permits.available_permits();
-    if capacity == 0 {
+    // Session mode polls even when full: the poll also decides the balance.
+    if capacity == 0 && !session_mode {
         return Ok(jittered_ms(interval_ms, rand::random()));
     }
     let cutoff = orphan_query_cutoff(store.clock().now_ms(), config, interval_ms);
+    // With balance every orphan counts as the fleet's work, not only those that fit here.
+    let page_size = if inner.balanced() { inner.settings.max_connections } else { capacity.max(1) };
     // Only a read: at shutdown it is dropped rather than waited for (claims, below, are not).
     let page = tokio::select! {
         biased;
         () = inner.shutdown.cancelled() => return Ok(0),
-        page = store.orphans_page(cutoff, capacity, None) => page?,
+        page = store.orphans_page(cutoff, page_size, None) => page?,
     };
     inner.counters.add(&inner.counters.orphan_polls, 1);
+    let now_ms = store.clock().now_ms();
+    let dead = if session_mode && inner.current_session().is_some() {
+        let fleet = read_fleet(inner, balancer).await?;
+        if inner.balanced() {
+            let unowned_orphans = page
+                .items
+                .iter()
+                .filter(|i| i.desired_state == Some(DesiredState::Started) && !inner.is_tracked(&i.id))
+                .filter(|i| is_orphan(i, now_ms, config))
+                .count();
+            let dead_work: usize = fleet.dead.iter().map(|d| d.ids.len()).sum();
+            balance(inner, balancer, &fleet.peers, (unowned_orphans + dead_work) as u64);
+        }
+        fleet.dead
+    } else {
+        Vec::new()
+    };
     let poll = OrphanPoll {
         items: &page.items,
         page_was_full: page.next.is_some(),
-        now_ms: store.clock().now_ms(),
-        capacity,
+        now_ms,
+        capacity: inner.room(),
         interval_ms,
         unit: rand::random(),
     };
@@ -78,38 +111,103 @@ async fn poll_orphans(inner: &Inner) -> Result<u64> {
             .for_each(|_| async {})
             .await;
     }
-    if inner.session_mode() {
-        claim_dead_sessions(inner).await?;
+    if session_mode {
+        claim_dead_sessions(inner, dead).await?;
     }
     Ok(wake_in_ms)
 }
 
-/// Session mode: the connections of dead sessions (a query of the session partition, then the
-/// owner index per dead session) are claimed like orphans; a dead session left with none is
-/// retired so later queries skip it. Work of our own earlier epochs is claimed back too.
-async fn claim_dead_sessions(inner: &Inner) -> Result<()> {
+/// A dead session (or an older epoch of ours, `epoch` `None`) and its connections not tracked here.
+struct DeadSession {
+    owner: String,
+    epoch: Option<u64>,
+    /// How many connections the owner index still lists under it (here or not).
+    listed: usize,
+    ids: Vec<String>,
+}
+
+/// The live sessions of the other workers and the dead sessions with their connections.
+struct Fleet {
+    peers: Vec<PeerSession>,
+    dead: Vec<DeadSession>,
+}
+
+/// One query of the session partition (live and dead alike), then the owner index per dead
+/// session. Work of our own earlier epochs is listed too, once after a new epoch was opened.
+async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
     let store = &*inner.store;
-    if inner.current_session().is_none() || inner.shutdown.is_cancelled() {
-        return Ok(());
+    let config = store.config();
+    let sessions = store.sessions(u64::MAX).await?;
+    let (now_ms, mono_ms) = (store.clock().now_ms(), store.clock().monotonic_ms());
+    let mut peers = Vec::new();
+    let mut dead_owners: Vec<(String, Option<u64>)> = Vec::new();
+    let mut live_keys = Vec::new();
+    for s in sessions {
+        if s.is_dead(now_ms, config) {
+            dead_owners.push((s.owner, Some(s.epoch)));
+        } else if s.owner != inner.id {
+            let key = (s.owner, s.epoch);
+            let first_seen = *balancer.seen.entry(key.clone()).or_insert(mono_ms);
+            live_keys.push(key);
+            peers.push(PeerSession { load: s.load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
+        }
     }
-    let cutoff = crate::lease::claim_cutoff(store.clock().now_ms(), store.config());
-    let mut owners: Vec<(String, Option<u64>)> =
-        store.sessions(cutoff).await?.into_iter().map(|s| (s.owner, Some(s.epoch))).collect();
+    balancer.seen.retain(|k, _| live_keys.contains(k));
     if inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        owners.push((inner.id.clone(), None));
+        dead_owners.push((inner.id.clone(), None));
     }
-    for (owner, epoch) in owners {
-        if inner.shutdown.is_cancelled() || inner.permits.available_permits() == 0 {
+    let mut dead = Vec::new();
+    for (owner, epoch) in dead_owners {
+        let owned = store.owned_by(&owner).await?;
+        let listed = owned.len();
+        let ids = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
+        dead.push(DeadSession { owner, epoch, listed, ids });
+    }
+    Ok(Fleet { peers, dead })
+}
+
+/// Sets the claim limit from the fleet's load and, paced, hands a few connections over when
+/// this worker is above its share while another is short of its own.
+fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowned: u64) {
+    let store = &*inner.store;
+    let config = store.config();
+    let pace_ms = balance_pace_ms(config.renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
+    let view = FleetView { me: inner.load(), peers, unowned };
+    let share = fair_share(&view, pace_ms);
+    let limit = share.map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
+    inner.claim_limit.store(limit, std::sync::atomic::Ordering::SeqCst);
+    inner.balance_changed.notify_waiters();
+    let Some(share) = share else { return };
+    let now = store.clock().monotonic_ms();
+    let since = balancer.last_round_mono_ms.map(|t| now.saturating_sub(t));
+    let count = hand_over_now(&share, since, pace_ms);
+    if count > 0 && !inner.shutdown.is_cancelled() {
+        balancer.last_round_mono_ms = Some(now);
+        let ids = inner.hand_over(count as usize);
+        info!(
+            worker_id = %inner.id, handing_over = ids.len(), share = share.mine, work = share.work,
+            sessions = peers.len() + 1, "above the fair share: handing over"
+        );
+    }
+}
+
+/// Session mode: the connections of dead sessions are claimed like orphans (within the claim
+/// limit); a dead session left with none is retired so later queries skip it.
+async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()> {
+    let store = &*inner.store;
+    for DeadSession { owner, epoch, listed, ids } in dead {
+        if inner.shutdown.is_cancelled() {
             return Ok(());
         }
-        let owned = store.owned_by(&owner).await?;
-        if owned.is_empty() {
+        if listed == 0 {
             if let Some(epoch) = epoch.filter(|_| owner != inner.id) {
                 store.retire_session(&owner, epoch).await?;
             }
             continue;
         }
-        let ids: Vec<String> = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
+        if inner.room() == 0 {
+            continue;
+        }
         let claimed = futures::stream::iter(ids)
             .map(|id| async move { inner.claim(&id, "dead session").await })
             .buffer_unordered(CLAIM_CONCURRENCY)
