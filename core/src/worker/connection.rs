@@ -50,9 +50,10 @@ pub(crate) struct Held {
     /// this worker: what a hand-over picks by.
     pub(crate) fence: u64,
     pub(crate) claim_order: u64,
-    /// Picked for a hand-over: no longer reported as held; cancelled once a session renewal
-    /// has said so (so no worker counts it twice, as held here and as unowned).
-    pub(crate) handing_over: std::sync::atomic::AtomicBool,
+    /// Picked for a hand-over in this round (0: not picked): no longer reported as held, and
+    /// cancelled once a session renewal sent after the pick has said so (so no worker counts it
+    /// twice, as held here and as unowned).
+    pub(crate) handing_over: AtomicU64,
 }
 
 impl Held {
@@ -62,7 +63,7 @@ impl Held {
             session_epoch,
             fence: lease.fence,
             claim_order,
-            handing_over: std::sync::atomic::AtomicBool::new(false),
+            handing_over: AtomicU64::new(0),
             deadline_mono_ms: AtomicU64::new(lease.deadline_mono_ms),
             lease: tokio::sync::Mutex::new(lease),
             cancel: Cancel::default(),

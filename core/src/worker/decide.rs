@@ -384,9 +384,9 @@ pub const BALANCE_SLACK: u64 = 1;
 /// The fewest connections handed over in one round (when the excess is that large).
 pub const HAND_OVER_MIN_BATCH: u64 = 4;
 
-/// Rounds hand over at most this fraction of the excess (rounded up): the last few move slowly,
-/// the bulk quickly.
-pub const HAND_OVER_FRACTION: u64 = 4;
+/// Rounds hand over at most this fraction of the excess (rounded up): the bulk moves quickly,
+/// the last few slowly.
+pub const HAND_OVER_FRACTION: u64 = 2;
 
 /// What a live session of another worker reported, and how long this worker has seen it live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -452,10 +452,11 @@ pub fn fair_level(work: u64, caps: &[u64]) -> u64 {
 }
 
 /// How long hand-over rounds are apart, and how long a new session is watched before any work
-/// moves: one orphan poll (the receivers claim) and two session renewals (every report then
-/// reflects the last round).
+/// moves: one orphan poll (the receivers claim; a hint is quicker) and one session renewal (their
+/// reports then say so). A donor reports what it gives up before it lets it go, so no view
+/// counts work twice.
 pub fn balance_pace_ms(renew_ms: u64, orphan_interval_ms: u64) -> u64 {
-    2 * renew_ms + orphan_interval_ms
+    renew_ms + orphan_interval_ms
 }
 
 /// The balance of `view`; `None` when a live session does not report its load: the fleet's
@@ -487,7 +488,7 @@ pub fn fair_share(view: &FleetView<'_>, pace_ms: u64) -> Option<Share> {
 
 /// How many connections to hand over now: none while the fleet settles, within one pace of the
 /// last round, or while no worker is short by more than the slack; otherwise this worker's part
-/// of the open deficit (in proportion to its excess), at most a quarter of its excess (at least
+/// of the open deficit (in proportion to its excess), at most half its excess (at least
 /// [`HAND_OVER_MIN_BATCH`]).
 pub fn hand_over_now(share: &Share, since_last_round_ms: Option<u64>, pace_ms: u64) -> u64 {
     if share.settling || share.excess == 0 || share.largest_shortfall <= BALANCE_SLACK {
@@ -561,12 +562,12 @@ mod balance_tests {
 
     #[test]
     fn the_excess_goes_over_in_paced_rounds_of_a_few() {
-        // 120 here, a settled peer with none: excess 60, a quarter of it now.
+        // 120 here, a settled peer with none: excess 60, half of it now.
         let s = share(120, &[peer(0)], 0);
         assert_eq!((s.excess, s.open_deficit, s.fleet_excess), (60, 60, 60));
-        assert_eq!(hand_over_now(&s, None, 2_000), 15);
+        assert_eq!(hand_over_now(&s, None, 2_000), 30);
         assert_eq!(hand_over_now(&s, Some(1_999), 2_000), 0, "within one pace of the last round");
-        assert_eq!(hand_over_now(&s, Some(2_000), 2_000), 15);
+        assert_eq!(hand_over_now(&s, Some(2_000), 2_000), 30);
         // Released work nobody has claimed yet fills the deficit first.
         let s = share(105, &[peer(0)], 15);
         assert_eq!(s.open_deficit, 45);
@@ -577,10 +578,12 @@ mod balance_tests {
 
     #[test]
     fn donors_split_the_deficit_by_their_excess() {
-        // Three at 40, a newcomer at 0: each gives a third of 30.
+        // Three at 40, a newcomer at 0: each gives a third of 30, half of it now.
         let s = share(40, &[peer(40), peer(40), peer(0)], 0);
         assert_eq!((s.mine, s.excess, s.fleet_excess, s.open_deficit), (30, 10, 30, 30));
-        assert_eq!(hand_over_now(&s, None, 2_000), 4);
+        assert_eq!(hand_over_now(&s, None, 2_000), 5);
+        let s = share(200, &[peer(200), peer(0)], 0);
+        assert_eq!((s.excess, hand_over_now(&s, None, 2_000)), (66, 33));
         // One donor with a big excess, one with a small one.
         let s = share(2, &[peer(78), peer(0)], 0);
         assert_eq!(hand_over_now(&s, None, 2_000), 0, "below its share: nothing to give");
@@ -613,8 +616,8 @@ mod balance_tests {
     }
 
     #[test]
-    fn the_pace_is_two_renewals_and_one_poll() {
-        assert_eq!(balance_pace_ms(5_000, 2_000), 12_000);
-        assert_eq!(balance_pace_ms(1_000, 1_000), 3_000);
+    fn the_pace_is_one_renewal_and_one_poll() {
+        assert_eq!(balance_pace_ms(5_000, 2_000), 7_000);
+        assert_eq!(balance_pace_ms(1_000, 1_000), 2_000);
     }
 }

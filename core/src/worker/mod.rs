@@ -237,6 +237,7 @@ impl WorkerBuilder {
             balance_changed: tokio::sync::Notify::new(),
             claims: AtomicU64::new(0),
             renew_now: tokio::sync::Notify::new(),
+            hand_over_rounds: AtomicU64::new(0),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
         Ok(Worker {
@@ -280,6 +281,9 @@ pub(crate) enum Claim {
     Failed,
 }
 
+/// The claim source of our own earlier epochs' work.
+pub(crate) const RECLAIM_OWN: &str = "own earlier epoch";
+
 /// A new lease for the run loop to supervise, with the capacity it takes.
 type NewLease = (Arc<Held>, OwnedSemaphorePermit);
 
@@ -314,6 +318,8 @@ pub(crate) struct Inner {
     claims: AtomicU64,
     /// Asks the session loop for a renewal now (a hand-over round is waiting on it).
     pub(crate) renew_now: tokio::sync::Notify,
+    /// Hand-over rounds so far.
+    hand_over_rounds: AtomicU64,
 }
 
 impl Inner {
@@ -368,7 +374,7 @@ impl Inner {
             .values()
             .filter(|t| match t {
                 Tracked::Claiming => true,
-                Tracked::Held(h) => h.cancel.reason().is_none() && !h.handing_over.load(Ordering::SeqCst),
+                Tracked::Held(h) => h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0,
             })
             .count();
         SessionLoad { held: held as u64, max_connections: self.settings.max_connections as u64 }
@@ -398,16 +404,17 @@ impl Inner {
             .by_id
             .values()
             .filter_map(|t| match t {
-                Tracked::Held(h) if h.cancel.reason().is_none() && !h.handing_over.load(Ordering::SeqCst) => {
+                Tracked::Held(h) if h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0 => {
                     Some((h.id.clone(), h.fence, h.claim_order))
                 }
                 _ => None,
             })
             .collect();
         let picks = decide::hand_over_picks(&candidates, count);
+        let round = self.hand_over_rounds.fetch_add(1, Ordering::SeqCst) + 1;
         for id in &picks {
             if let Some(Tracked::Held(h)) = leases.by_id.get(id) {
-                h.handing_over.store(true, Ordering::SeqCst);
+                h.handing_over.store(round, Ordering::SeqCst);
             }
         }
         if !picks.is_empty() {
@@ -416,12 +423,19 @@ impl Inner {
         picks
     }
 
-    /// A session renewal has reported the picked connections as gone: cancel their handlers.
-    pub(crate) fn start_hand_overs(&self) {
+    /// The latest hand-over round: a session renewal reads it before it reads the load.
+    pub(crate) fn hand_over_round(&self) -> u64 {
+        self.hand_over_rounds.load(Ordering::SeqCst)
+    }
+
+    /// A session renewal that read `round` has reported the connections picked up to that
+    /// round as gone: cancel their handlers.
+    pub(crate) fn start_hand_overs(&self, round: u64) {
         let leases = self.leases.lock().expect("leases poisoned");
         for t in leases.by_id.values() {
             if let Tracked::Held(h) = t {
-                if h.handing_over.load(Ordering::SeqCst) {
+                let picked = h.handing_over.load(Ordering::SeqCst);
+                if picked != 0 && picked <= round {
                     h.cancel.cancel(CancelReason::HandOver);
                 }
             }
@@ -451,7 +465,10 @@ impl Inner {
             if leases.by_id.contains_key(id) {
                 return Claim::AlreadyOurs;
             }
-            if self.balanced() && leases.by_id.len() >= self.claim_limit.load(Ordering::SeqCst) {
+            // Our own earlier epochs' work is taken back whatever the share (nobody else sees it
+            // as orphaned while we live); the excess is then handed over like any other.
+            let limited = self.balanced() && source != RECLAIM_OWN;
+            if limited && leases.by_id.len() >= self.claim_limit.load(Ordering::SeqCst) {
                 return Claim::NoCapacity;
             }
             leases.by_id.insert(id.to_string(), Tracked::Claiming);

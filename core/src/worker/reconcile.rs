@@ -205,15 +205,22 @@ async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()
             }
             continue;
         }
-        if inner.room() == 0 {
+        let own = epoch.is_none();
+        if inner.room() == 0 && !own {
             continue;
         }
+        let source = if own { super::RECLAIM_OWN } else { "dead session" };
+        let wanted = ids.len();
         let claimed = futures::stream::iter(ids)
-            .map(|id| async move { inner.claim(&id, "dead session").await })
+            .map(|id| async move { inner.claim(&id, source).await })
             .buffer_unordered(CLAIM_CONCURRENCY)
             .filter(|c| futures::future::ready(*c == super::Claim::Claimed))
             .count()
             .await;
+        if own && claimed < wanted {
+            // Some of our earlier work is still listed under us: look again at the next poll.
+            inner.reclaim_own.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if claimed > 0 {
             info!(owner = %owner, claimed, "took over a dead session's work");
             inner.counters.add(&inner.counters.session_takeovers, claimed as u64);
