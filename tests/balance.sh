@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Balance test (session mode): 4 real worker processes started 10 s apart over 120 streams of
-# the local feed (10 s lease, 1 s renew, 0.5 s skew; 0.2 messages a second per stream, so the
+# the local feed (10 s lease, 1 s renew, 0.5 s skew; 0.1 messages a second per stream, so the
 # local engine keeps up). The first claims everything; each one that joins gets its fair share
 # by graceful hand-overs. Asserts, from the scenario's JSON report:
 # within 30 s of the last start every worker holds 30 +- 3 (and still 5 s later), no stream was
@@ -17,7 +17,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 "$BIN" --lease-ms 10000 --renew-ms 1000 --skew-ms 500 --mode session balance-demo \
   --connections $CONNECTIONS --workers $WORKERS --stagger-secs $STAGGER --within-secs $WITHIN \
-  --tolerance $TOLERANCE --rate 0.2 --dir target/fleet-logs/balance | tee "$log" || status=$?
+  --tolerance $TOLERANCE --rate 0.1 --dir target/fleet-logs/balance | tee "$log" || status=$?
 report=$(tail -n 1 "$log")
 python3 - "$report" "$status" "$CONNECTIONS" "$WORKERS" "$WITHIN" "$TOLERANCE" <<'PY'
 import json, sys
@@ -43,7 +43,7 @@ checks = [
     ("no gaps", r["gaps"] == 0),
     ("no duplicates", r["duplicates"] == 0),
     ("no double owner", r["double_owner"] == 0),
-    ("messages were written", r["messages"] > connections * 5),
+    ("messages were written", r["messages"] > connections * 3),
 ]
 failed = 0
 for name, ok in checks:
