@@ -29,16 +29,6 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             permit = inner.permits.clone().acquire_owned() => permit,
         };
         drop(room);
-        // Balance: at the fair share, hints are left to the workers below theirs.
-        if !inner.below_claim_limit() {
-            tokio::select! {
-                biased;
-                () = inner.shutdown.cancelled() => return,
-                () = inner.balance_changed.notified() => {}
-                () = tokio::time::sleep(inner.settings.orphan_interval) => {}
-            }
-            continue;
-        }
         // A long poll is not abandoned at shutdown: SQS may still hand messages to a poll whose
         // client has gone, and they then stay invisible for the whole visibility timeout. The
         // poll runs out (at most `wait`) and what it brings is given back at once. One the
@@ -48,7 +38,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             .client
             .receive_message()
             .queue_url(&queue.queue_url)
-            .max_number_of_messages(hint_batch_size(inner.room()))
+            .max_number_of_messages(hint_batch_size(inner.room().max(1)))
             .wait_time_seconds(queue.wait.as_secs() as i32)
             .send();
         let received = match tokio::time::timeout(queue.wait + POLL_ANSWER_MARGIN, poll).await {
@@ -77,8 +67,13 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
         }
         inner.counters.add(&inner.counters.hints_received, messages.len() as u64);
         // Hints come in tens (a peer's shutdown, a batch of STARTs): one index query finds all
-        // the work they point at and claims it in parallel.
+        // the work they point at and claims it in parallel. At the fair share, one read of the
+        // sessions first says whether the share has grown (a peer left).
         inner.poll_orphans_now.notify_one();
+        if !inner.below_claim_limit() {
+            let refreshed = super::reconcile::refresh_claim_limit(&inner);
+            let _ = tokio::time::timeout(inner.settings.orphan_interval, refreshed).await;
+        }
         let outcomes: Vec<(Message, Claim)> = futures::stream::iter(messages)
             .map(|m| {
                 let inner = &inner;

@@ -94,16 +94,20 @@ async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
     } else {
         Vec::new()
     };
+    // With balance every claimable orphan is a candidate; the waves keep to the room.
+    let capacity = if inner.balanced() { inner.permits.available_permits() } else { inner.room() };
     let poll = OrphanPoll {
         items: &page.items,
         page_was_full: page.next.is_some(),
         now_ms,
-        capacity: inner.room(),
+        capacity,
         interval_ms,
         unit: rand::random(),
     };
     let OrphanPlan { claim, wake_in_ms } = plan_orphans(&poll, config, |id| inner.is_tracked(id));
-    if !claim.is_empty() {
+    if inner.balanced() {
+        claim_in_waves(inner, claim, "orphan").await;
+    } else if !claim.is_empty() {
         debug!(count = claim.len(), "claiming orphans");
         futures::stream::iter(claim)
             .map(|id| async move { inner.claim(&id, "orphan").await })
@@ -191,6 +195,55 @@ fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowne
     }
 }
 
+/// At the claim limit with hints waiting: one query of the sessions says whether the share has
+/// grown (a peer left or died: its last report says what it held). Only ever raises the limit;
+/// the next orphan poll sets it from the whole view.
+pub(crate) async fn refresh_claim_limit(inner: &Inner) {
+    let store = &*inner.store;
+    let Ok(sessions) = store.sessions(u64::MAX).await else { return };
+    let now_ms = store.clock().now_ms();
+    let mut peers = Vec::new();
+    let mut unowned = 0;
+    for s in sessions.iter().filter(|s| s.owner != inner.id) {
+        if s.is_dead(now_ms, store.config()) {
+            unowned += s.load.map_or(0, |l| l.held);
+        } else {
+            peers.push(PeerSession { load: s.load, seen_for_ms: u64::MAX });
+        }
+    }
+    let pace_ms = balance_pace_ms(store.config().renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
+    let view = FleetView { me: inner.load(), peers: &peers, unowned };
+    let limit = fair_share(&view, pace_ms).map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
+    inner.claim_limit.fetch_max(limit, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Claims `ids` in waves no larger than the room left (all at once for our own earlier work):
+/// a claim lost to another worker frees its room for the next wave, so racing claimers share
+/// the work in one poll. Returns how many were claimed.
+async fn claim_in_waves(inner: &Inner, mut ids: Vec<String>, source: &'static str) -> usize {
+    let own = source == super::RECLAIM_OWN;
+    if inner.balanced() {
+        // Claimers racing over one list in one order would mostly collide.
+        use rand::seq::SliceRandom;
+        ids.shuffle(&mut rand::thread_rng());
+    }
+    let mut claimed = 0;
+    while !ids.is_empty() && !inner.shutdown.is_cancelled() {
+        let room = if own { ids.len() } else { inner.room().min(ids.len()) };
+        if room == 0 {
+            break;
+        }
+        let wave: Vec<String> = ids.drain(..room).collect();
+        claimed += futures::stream::iter(wave)
+            .map(|id| async move { inner.claim(&id, source).await })
+            .buffer_unordered(CLAIM_CONCURRENCY)
+            .filter(|c| futures::future::ready(*c == super::Claim::Claimed))
+            .count()
+            .await;
+    }
+    claimed
+}
+
 /// Session mode: the connections of dead sessions are claimed like orphans (within the claim
 /// limit); a dead session left with none is retired so later queries skip it.
 async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()> {
@@ -211,12 +264,7 @@ async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()
         }
         let source = if own { super::RECLAIM_OWN } else { "dead session" };
         let wanted = ids.len();
-        let claimed = futures::stream::iter(ids)
-            .map(|id| async move { inner.claim(&id, source).await })
-            .buffer_unordered(CLAIM_CONCURRENCY)
-            .filter(|c| futures::future::ready(*c == super::Claim::Claimed))
-            .count()
-            .await;
+        let claimed = claim_in_waves(inner, ids, source).await;
         if own && claimed < wanted {
             // Some of our earlier work is still listed under us: look again at the next poll.
             inner.reclaim_own.store(true, std::sync::atomic::Ordering::SeqCst);
