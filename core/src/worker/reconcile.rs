@@ -78,8 +78,13 @@ async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
     };
     inner.counters.add(&inner.counters.orphan_polls, 1);
     let now_ms = store.clock().now_ms();
-    let dead = if session_mode && inner.current_session().is_some() {
-        let fleet = read_fleet(inner, balancer).await?;
+    let fleet = if session_mode && inner.current_session().is_some() {
+        // A failed read of the fleet leaves the limit as it was; the orphans are still claimed.
+        read_fleet(inner, balancer).await.inspect_err(|e| warn!(error = %e, "reading the sessions failed")).ok()
+    } else {
+        None
+    };
+    let dead = if let Some(fleet) = fleet {
         if inner.balanced() {
             let unowned_orphans = page
                 .items
