@@ -407,6 +407,8 @@ pub struct FleetView<'a> {
     pub peers: &'a [PeerSession],
     /// Work nobody holds: claimable orphans and the connections of dead sessions seen.
     pub unowned: u64,
+    /// Of the orphans, those this worker released (handed over) and nobody has claimed yet.
+    pub in_flight: u64,
 }
 
 /// The balance of one view.
@@ -429,6 +431,8 @@ pub struct Share {
     pub largest_shortfall: u64,
     /// A session appeared less than one pace ago: hand nothing over until the fleet settles.
     pub settling: bool,
+    /// Connections this worker handed over that nobody has claimed yet.
+    pub in_flight: u64,
 }
 
 /// The fair level: the smallest `level` with `sum(min(cap, level)) >= work`, so each worker's
@@ -452,11 +456,11 @@ pub fn fair_level(work: u64, caps: &[u64]) -> u64 {
 }
 
 /// How long hand-over rounds are apart, and how long a new session is watched before any work
-/// moves: one orphan poll (the receivers claim; a hint is quicker) and one session renewal (their
-/// reports then say so). A donor reports what it gives up before it lets it go, so no view
-/// counts work twice.
+/// moves: one orphan poll (the receivers claim; a hint is quicker) and two session renewals
+/// (their reports then say so). A donor reports what it gives up before it lets it go, so no
+/// view counts work twice, and starts no round while work it handed over is still unclaimed.
 pub fn balance_pace_ms(renew_ms: u64, orphan_interval_ms: u64) -> u64 {
-    renew_ms + orphan_interval_ms
+    2 * renew_ms + orphan_interval_ms
 }
 
 /// The balance of `view`; `None` when a live session does not report its load: the fleet's
@@ -483,15 +487,17 @@ pub fn fair_share(view: &FleetView<'_>, pace_ms: u64) -> Option<Share> {
         open_deficit: deficit.saturating_sub(view.unowned),
         largest_shortfall: shortfalls.max().unwrap_or(0),
         settling: view.peers.iter().any(|p| p.seen_for_ms < pace_ms),
+        in_flight: view.in_flight,
     })
 }
 
-/// How many connections to hand over now: none while the fleet settles, within one pace of the
-/// last round, or while no worker is short by more than the slack; otherwise this worker's part
+/// How many connections to hand over now: none while the fleet settles, while the last round's
+/// connections are not all claimed, within one pace of the last round, or while no worker is
+/// short by more than the slack; otherwise this worker's part
 /// of the open deficit (in proportion to its excess), at most half its excess (at least
 /// [`HAND_OVER_MIN_BATCH`]).
 pub fn hand_over_now(share: &Share, since_last_round_ms: Option<u64>, pace_ms: u64) -> u64 {
-    if share.settling || share.excess == 0 || share.largest_shortfall <= BALANCE_SLACK {
+    if share.settling || share.in_flight > 0 || share.excess == 0 || share.largest_shortfall <= BALANCE_SLACK {
         return 0;
     }
     if since_last_round_ms.is_some_and(|ms| ms < pace_ms) {
@@ -525,7 +531,7 @@ mod balance_tests {
     }
 
     fn share(me: u64, peers: &[PeerSession], unowned: u64) -> Share {
-        fair_share(&FleetView { me: load(me, 700), peers, unowned }, 2_000).unwrap()
+        fair_share(&FleetView { me: load(me, 700), peers, unowned, in_flight: 0 }, 2_000).unwrap()
     }
 
     #[test]
@@ -550,14 +556,18 @@ mod balance_tests {
         let s = share(0, &[peer(120)], 0);
         assert_eq!((s.mine, s.claim_limit, s.excess), (60, 60, 0));
         // Within max_connections.
-        let s = fair_share(&FleetView { me: load(0, 20), peers: &[peer(120)], unowned: 0 }, 2_000).unwrap();
+        let s =
+            fair_share(&FleetView { me: load(0, 20), peers: &[peer(120)], unowned: 0, in_flight: 0 }, 2_000).unwrap();
         assert_eq!((s.mine, s.claim_limit), (20, 20));
     }
 
     #[test]
     fn an_unreported_session_turns_balance_off() {
         let silent = PeerSession { load: None, seen_for_ms: 60_000 };
-        assert_eq!(fair_share(&FleetView { me: load(120, 700), peers: &[silent], unowned: 0 }, 2_000), None);
+        assert_eq!(
+            fair_share(&FleetView { me: load(120, 700), peers: &[silent], unowned: 0, in_flight: 0 }, 2_000),
+            None
+        );
     }
 
     #[test]
@@ -568,9 +578,13 @@ mod balance_tests {
         assert_eq!(hand_over_now(&s, None, 2_000), 30);
         assert_eq!(hand_over_now(&s, Some(1_999), 2_000), 0, "within one pace of the last round");
         assert_eq!(hand_over_now(&s, Some(2_000), 2_000), 30);
-        // Released work nobody has claimed yet fills the deficit first.
+        // Released work nobody has claimed yet fills the deficit first; while some of it is
+        // ours, the next round waits.
         let s = share(105, &[peer(0)], 15);
         assert_eq!(s.open_deficit, 45);
+        let view = FleetView { me: load(105, 700), peers: &[peer(0)], unowned: 15, in_flight: 15 };
+        let s = fair_share(&view, 2_000).unwrap();
+        assert_eq!(hand_over_now(&s, None, 2_000), 0);
         // Small excesses still move a few at a time.
         let s = share(33, &[peer(30), peer(30), peer(27)], 0);
         assert_eq!(hand_over_now(&s, None, 2_000), 3);
@@ -602,7 +616,7 @@ mod balance_tests {
         assert_eq!((s.mine, hand_over_now(&s, None, 2_000)), (31, 0));
         // A session seen for less than one pace: wait.
         let new = PeerSession { load: Some(load(0, 700)), seen_for_ms: 500 };
-        let s = fair_share(&FleetView { me: load(120, 700), peers: &[new], unowned: 0 }, 2_000).unwrap();
+        let s = fair_share(&FleetView { me: load(120, 700), peers: &[new], unowned: 0, in_flight: 0 }, 2_000).unwrap();
         assert!(s.settling);
         assert_eq!(hand_over_now(&s, None, 2_000), 0);
     }
@@ -616,8 +630,8 @@ mod balance_tests {
     }
 
     #[test]
-    fn the_pace_is_one_renewal_and_one_poll() {
-        assert_eq!(balance_pace_ms(5_000, 2_000), 7_000);
-        assert_eq!(balance_pace_ms(1_000, 1_000), 2_000);
+    fn the_pace_is_two_renewals_and_one_poll() {
+        assert_eq!(balance_pace_ms(5_000, 2_000), 12_000);
+        assert_eq!(balance_pace_ms(1_000, 1_000), 3_000);
     }
 }

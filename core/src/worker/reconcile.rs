@@ -92,8 +92,16 @@ async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
                 .filter(|i| i.desired_state == Some(DesiredState::Started) && !inner.is_tracked(&i.id))
                 .filter(|i| is_orphan(i, now_ms, config))
                 .count();
+            // Released by us (a hand-over) and not claimed yet.
+            let in_flight = page
+                .items
+                .iter()
+                .filter(|i| i.owner.as_deref() == Some(inner.id.as_str()) && !inner.is_tracked(&i.id))
+                .filter(|i| i.desired_state == Some(DesiredState::Started) && is_orphan(i, now_ms, config))
+                .count();
             let dead_work: usize = fleet.dead.iter().map(|d| d.ids.len()).sum();
-            balance(inner, balancer, &fleet.peers, (unowned_orphans + dead_work) as u64);
+            let unowned = (unowned_orphans + dead_work) as u64;
+            balance(inner, balancer, &fleet.peers, unowned, in_flight as u64);
         }
         fleet.dead
     } else {
@@ -177,11 +185,11 @@ async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
 
 /// Sets the claim limit from the fleet's load and, paced, hands a few connections over when
 /// this worker is above its share while another is short of its own.
-fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowned: u64) {
+fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowned: u64, in_flight: u64) {
     let store = &*inner.store;
     let config = store.config();
     let pace_ms = balance_pace_ms(config.renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
-    let view = FleetView { me: inner.load(), peers, unowned };
+    let view = FleetView { me: inner.load(), peers, unowned, in_flight };
     let share = fair_share(&view, pace_ms);
     let limit = share.map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
     inner.claim_limit.store(limit, std::sync::atomic::Ordering::SeqCst);
@@ -217,7 +225,7 @@ pub(crate) async fn refresh_claim_limit(inner: &Inner) {
         }
     }
     let pace_ms = balance_pace_ms(store.config().renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
-    let view = FleetView { me: inner.load(), peers: &peers, unowned };
+    let view = FleetView { me: inner.load(), peers: &peers, unowned, in_flight: 0 };
     let limit = fair_share(&view, pace_ms).map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
     inner.claim_limit.fetch_max(limit, std::sync::atomic::Ordering::SeqCst);
 }
