@@ -32,6 +32,7 @@ test-rust:
 test-fleet:
 	$(CARGO) build -q -p leaselock-cli
 	MOTO_PORT=$(FLEET_PORT) scripts/with-services.sh tests/fleet.sh
+	MOTO_PORT=$(FLEET_PORT) scripts/with-services.sh tests/balance.sh
 
 test-lambdas:
 	SKIP_CARGO_TEST=1 lambdas/test.sh

@@ -70,8 +70,8 @@ struct Report {
     max_subscribers_per_stream: usize,
 }
 
-struct Fleet {
-    children: Vec<(String, Child)>,
+pub(crate) struct Fleet {
+    pub(crate) children: Vec<(String, Child)>,
 }
 
 impl Fleet {
@@ -79,7 +79,7 @@ impl Fleet {
         self.children[i].1.id() as i32
     }
 
-    fn signal(&self, i: usize, signal: i32) -> CliResult {
+    pub(crate) fn signal(&self, i: usize, signal: i32) -> CliResult {
         // SAFETY: kill(2) on a child process this demo started and has not reaped.
         if unsafe { libc::kill(self.pid(i), signal) } != 0 {
             return Err(other(format!("kill {} failed: {}", self.pid(i), std::io::Error::last_os_error())));
@@ -88,7 +88,7 @@ impl Fleet {
     }
 
     /// Waits (polling, bounded) for child `i` to exit; returns its status.
-    async fn wait_exit(&mut self, i: usize, limit: Duration) -> CliResult<std::process::ExitStatus> {
+    pub(crate) async fn wait_exit(&mut self, i: usize, limit: Duration) -> CliResult<std::process::ExitStatus> {
         let until = Instant::now() + limit;
         loop {
             if let Some(status) = self.children[i].1.try_wait().map_err(other)? {
@@ -113,7 +113,7 @@ impl Drop for Fleet {
     }
 }
 
-fn say(t0: Instant, msg: impl AsRef<str>) {
+pub(crate) fn say(t0: Instant, msg: impl AsRef<str>) {
     println!("[{:>6.1}s] {}", t0.elapsed().as_secs_f64(), msg.as_ref());
 }
 
@@ -121,7 +121,7 @@ fn say(t0: Instant, msg: impl AsRef<str>) {
 /// unexpired leases apart, as what they are: `  waiting on expiry: 10 of demo-w0 (in 2.1-3.9s)`,
 /// then the expired ones nobody claimed yet: `  unowned 10`. `total` is every stream of the
 /// demo, whichever worker a phase is about.
-fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) -> String {
+pub(crate) fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) -> String {
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     let mut waiting: Vec<u64> = Vec::new();
     let mut unowned = 0;
@@ -246,7 +246,7 @@ async fn wait_until(
 }
 
 /// Every (seq, writes, worker, written_at) row of one stream in the messages table.
-async fn messages_of(
+pub(crate) async fn messages_of(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     stream: &str,

@@ -1,6 +1,7 @@
 //! `leaselock`: operate a lease table, run the reference worker, the local upstream feed and
 //! the local demo.
 
+mod balance;
 mod demo;
 mod leader;
 mod ops;
@@ -109,6 +110,9 @@ enum Command {
     Upstream(upstream::UpstreamArgs),
     /// Run the local demo: a fleet of workers, a crash and a graceful hand-over.
     Demo(demo::DemoArgs),
+    /// Run the local balance scenario (session mode): workers started one after another each
+    /// get their fair share by graceful hand-overs.
+    BalanceDemo(balance::BalanceArgs),
     /// Run a command only on the elected process (exit 75 when skipped).
     RunIfLeader(leader::RunIfLeaderArgs),
 }
@@ -165,7 +169,11 @@ fn main() -> ExitCode {
     // Without LEASELOCK_LOG: the long-running commands log our warnings; an operator command's
     // outcome is the one line it prints, so the retries behind it are not shown.
     let level = match cli.command {
-        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) | Command::RunIfLeader(_) => "warn",
+        Command::Worker(_)
+        | Command::Upstream(_)
+        | Command::Demo(_)
+        | Command::BalanceDemo(_)
+        | Command::RunIfLeader(_) => "warn",
         Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
             "error"
         }
@@ -200,6 +208,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,
+        Command::BalanceDemo(b) => balance::run(&args, b).await,
         Command::RunIfLeader(r) => leader::run(&args, r).await,
     }
 }

@@ -35,6 +35,10 @@ pub struct WorkerArgs {
     /// CloudWatch namespace of the metrics.
     #[arg(long, env = "LEASELOCK_METRICS_NAMESPACE", default_value = leaselock::metrics::NAMESPACE)]
     pub metrics_namespace: String,
+    /// Session mode: claim whatever is found up to --max-connections instead of a fair share of
+    /// the fleet's work (and hand nothing over).
+    #[arg(long, env = "LEASELOCK_NO_BALANCE")]
+    pub no_balance: bool,
     /// Metrics (CloudWatch EMF lines on stdout) interval, ms.
     #[arg(long, env = "LEASELOCK_METRICS_INTERVAL_MS", default_value_t = 60_000)]
     pub metrics_interval_ms: u64,
@@ -128,7 +132,8 @@ pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
         .orphan_interval(Duration::from_millis(w.orphan_interval_ms))
         .desired_state_interval(Duration::from_millis(w.desired_state_interval_ms))
         .metrics_interval(Duration::from_millis(w.metrics_interval_ms))
-        .metrics_namespace(&w.metrics_namespace);
+        .metrics_namespace(&w.metrics_namespace)
+        .balance(!w.no_balance);
     let worker_id = w.worker_id.clone().unwrap_or_else(leaselock::worker::default_worker_id);
     builder = builder.worker_id(&worker_id);
     if let Some(queue_url) = &w.queue_url {

@@ -115,6 +115,11 @@ pub struct TableConfig {
     /// The orphan index's partition value of session items (session mode), so dead sessions are
     /// a query of that index: `partition = session_partition AND expiry < cutoff`.
     pub session_partition: String,
+    /// Session items only: how many connections the session holds, written by every session
+    /// renewal, so each worker knows the fleet's load (fleet-aware balance).
+    pub session_held_attribute: String,
+    /// Session items only: the most connections the session's worker takes.
+    pub session_capacity_attribute: String,
 }
 
 /// The default GSI name: `desired_state` partition, `lease_expires_at_ms` sort.
@@ -146,6 +151,8 @@ impl TableConfig {
             operation_attempt_timeout: Duration::from_secs(5),
             mode: LeaseMode::PerItem,
             session_partition: "SESSION".into(),
+            session_held_attribute: "held_connections".into(),
+            session_capacity_attribute: "max_connections".into(),
         }
     }
 
@@ -240,6 +247,8 @@ impl TableConfig {
             ("attributes.fence", &a.fence),
             ("attributes.ttl", &a.ttl),
             ("attributes.session_epoch", &a.session_epoch),
+            ("session_held_attribute", &self.session_held_attribute),
+            ("session_capacity_attribute", &self.session_capacity_attribute),
         ];
         for (i, (field, name)) in names.iter().enumerate() {
             if name.is_empty() || name.len() > 255 {

@@ -145,6 +145,16 @@ pub struct SessionItem {
     pub epoch: u64,
     /// 0 once ended.
     pub expires_at_ms: u64,
+    /// What the session said it holds at its last renewal (absent: it has not said).
+    #[serde(default)]
+    pub load: Option<SessionLoad>,
+}
+
+/// What a session reports with every renewal: the connections it holds and the most it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionLoad {
+    pub held: u64,
+    pub max_connections: u64,
 }
 
 impl SessionItem {

@@ -70,7 +70,7 @@ pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
 pub use hint::Hint;
 #[cfg(feature = "dynamodb")]
 pub use hold::Hold;
-pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem};
+pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem, SessionLoad};
 pub use memory::MemoryStore;
 
 pub use store::{LeaseStore, OrphanCursor, OrphanPage};

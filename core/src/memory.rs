@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use crate::config::{validate_id, validate_url};
 use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, is_orphan, HELD_UNDER_SESSION_MS};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
-use crate::{Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, TableConfig};
+use crate::{
+    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, TableConfig,
+};
 
 /// See the module docs. Clones and [`MemoryStore::with_clock`] handles share one table.
 #[derive(Debug, Clone)]
@@ -24,6 +26,8 @@ pub struct MemoryStore {
 struct SessionState {
     epochs: BTreeMap<String, u64>,
     listed: BTreeSet<String>,
+    /// What each session item reported at its last renewal that reported.
+    loads: BTreeMap<String, SessionLoad>,
 }
 
 impl MemoryStore {
@@ -81,6 +85,28 @@ impl MemoryStore {
 
     fn session_lost(&self, owner: &str) -> Error {
         Error::Lost { id: self.config.session_id(owner) }
+    }
+
+    fn renew_session_with(&self, session: &mut Session, load: Option<SessionLoad>) -> Result<()> {
+        let now = self.clock.now_ms();
+        let sent = self.clock.monotonic_ms();
+        if session.is_past_deadline(sent) {
+            return Err(self.session_lost(&session.owner));
+        }
+        let key = self.config.key(&self.config.session_id(&session.owner));
+        let mut items = self.items.lock().expect("memory store poisoned");
+        match items.get_mut(&key) {
+            Some(item) if item.fence == session.epoch && item.expires_at_ms != Some(0) => {
+                item.expires_at_ms = Some(expiry_for(now, &self.config));
+                if let Some(load) = load {
+                    self.sessions.lock().expect("memory store poisoned").loads.insert(key.clone(), load);
+                }
+                session.expires_at_ms = expiry_for(now, &self.config);
+                session.deadline_mono_ms = deadline(sent, &self.config);
+                Ok(())
+            }
+            _ => Err(self.session_lost(&session.owner)),
+        }
     }
 
     /// The session item of `owner` and whether it is listed; `None` when there is none.
@@ -255,22 +281,11 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn renew_session(&self, session: &mut Session) -> Result<()> {
-        let now = self.clock.now_ms();
-        let sent = self.clock.monotonic_ms();
-        if session.is_past_deadline(sent) {
-            return Err(self.session_lost(&session.owner));
-        }
-        let key = self.config.key(&self.config.session_id(&session.owner));
-        let mut items = self.items.lock().expect("memory store poisoned");
-        match items.get_mut(&key) {
-            Some(item) if item.fence == session.epoch && item.expires_at_ms != Some(0) => {
-                item.expires_at_ms = Some(expiry_for(now, &self.config));
-                session.expires_at_ms = expiry_for(now, &self.config);
-                session.deadline_mono_ms = deadline(sent, &self.config);
-                Ok(())
-            }
-            _ => Err(self.session_lost(&session.owner)),
-        }
+        self.renew_session_with(session, None)
+    }
+
+    async fn renew_session_reporting(&self, session: &mut Session, load: SessionLoad) -> Result<()> {
+        self.renew_session_with(session, Some(load))
     }
 
     async fn end_session(&self, session: &Session) -> Result<()> {
@@ -353,6 +368,7 @@ impl LeaseStore for MemoryStore {
                     owner: self.config.session_owner(&i.id)?.to_string(),
                     epoch: i.fence,
                     expires_at_ms: i.expires_at_ms.unwrap_or(0),
+                    load: state.loads.get(&self.config.key(&i.id)).copied(),
                 })
             })
             .collect();

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{Clock, DesiredState, Lease, LeaseItem, Result, Session, SessionItem, TableConfig};
+use crate::{Clock, DesiredState, Lease, LeaseItem, Result, Session, SessionItem, SessionLoad, TableConfig};
 
 /// `Send + Sync` on native targets; nothing on wasm, where JavaScript promises are not `Send`.
 #[cfg(not(target_arch = "wasm32"))]
@@ -84,6 +84,12 @@ pub trait LeaseStore: MaybeSendSync {
     async fn renew_session(&self, session: &mut Session) -> Result<()> {
         let _ = session;
         Err(unsupported())
+    }
+    /// [`LeaseStore::renew_session`] that also records `load` on the session item, in the same
+    /// write, for the fleet's balance. A store without it renews without reporting.
+    async fn renew_session_reporting(&self, session: &mut Session, load: SessionLoad) -> Result<()> {
+        let _ = load;
+        self.renew_session(session).await
     }
     /// Ends the session (expiry 0): every connection held under it is free for the fleet.
     async fn end_session(&self, session: &Session) -> Result<()> {

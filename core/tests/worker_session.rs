@@ -27,6 +27,8 @@ fn spawn_worker(store: Arc<dyn LeaseStore>, name: &'static str, tracker: &Arc<Tr
     let worker = Worker::builder(store)
         .worker_id(name)
         .orphan_interval(Duration::from_secs(1))
+        // These tests pin the takeover paths; the fleet's balance has tests of its own.
+        .balance(false)
         .metrics_writer(Lines::default())
         .build(move |conn| {
             let tracker = tracker.clone();

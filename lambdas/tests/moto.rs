@@ -188,3 +188,57 @@ async fn reconciler_hints_ten_thousand_orphans() {
     // A guard against the run going quadratic; the bench measures it against the 30 s budget.
     assert!(took < Duration::from_secs(180), "took {took:?}");
 }
+
+/// Session mode: the connections of a dead session (one that stopped renewing, one that ended)
+/// are orphans and get hinted; those of a live session are not, though their items look alike
+/// (the held sentinel expiry).
+#[tokio::test]
+async fn reconciler_hints_dead_sessions_work_and_not_live_ones() {
+    let Some(sdk) = services("reconciler_hints_dead_sessions_work_and_not_live_ones").await else { return };
+    let name = unique_name("ll-sessions");
+    let config = TableConfig::new(&name).mode(leaselock::LeaseMode::Session);
+    let store = table(&sdk, config.clone()).await;
+    let hints = queue(&sdk).await;
+    // The crashed worker's sessions last 1 s; the live one has the default 20 s.
+    let short = config
+        .clone()
+        .lease_duration(Duration::from_secs(1))
+        .renew_interval(Duration::from_millis(250))
+        .clock_skew(Duration::from_millis(100));
+    let crashed_store = LeaseTable::new(store.client().clone(), short).unwrap();
+    for i in 0..9 {
+        store.start(&format!("conn-{i}"), &format!("wss://feed.example/conn-{i}")).await.unwrap();
+    }
+    let crashed = crashed_store.create_session("crashed", None).await.unwrap();
+    let left = store.create_session("left", None).await.unwrap();
+    let live = store.create_session("live", None).await.unwrap();
+    let mut dead_work = BTreeSet::new();
+    for i in 0..3 {
+        crashed_store.claim_in_session(&format!("conn-{i}"), &crashed).await.unwrap();
+        store.claim_in_session(&format!("conn-{}", i + 3), &left).await.unwrap();
+        store.claim_in_session(&format!("conn-{}", i + 6), &live).await.unwrap();
+        dead_work.extend([format!("conn-{i}"), format!("conn-{}", i + 3)]);
+    }
+    // `left` ends (expiry 0, dead at once); `crashed` stops renewing and expires beyond the skew.
+    store.end_session(&left).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let cutoff = leaselock::lease::claim_cutoff(now_ms(), store.config());
+        let dead: BTreeSet<String> = store.sessions(cutoff).await.unwrap().into_iter().map(|s| s.owner).collect();
+        if dead.contains("crashed") {
+            assert!(!dead.contains("live"), "a live session listed as dead");
+            break;
+        }
+        assert!(Instant::now() < until, "the crashed session never expired: {dead:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = store.items().await.unwrap();
+
+    let report = reconciler::reconcile(&store, &hints).await.unwrap();
+    assert_eq!((report.dead_session_work, report.orphans, report.hints_sent), (6, 6, 6));
+    let received = receive_hints(&hints, 6, Duration::from_secs(30)).await;
+    let hinted: BTreeSet<String> = received.into_iter().map(|h| h.connection_id).collect();
+    assert_eq!(hinted, dead_work, "exactly the dead sessions' connections");
+    assert_eq!(queue_depth(&hints).await, 0, "nothing else hinted");
+    assert_eq!(store.items().await.unwrap(), before, "the reconciler never writes a lease");
+}

@@ -20,7 +20,8 @@ use aws_sdk_dynamodb::Client;
 use crate::protocol::{self, Answer, Input, Operation, Output, Request, Step};
 use crate::store::{OrphanCursor, OrphanPage};
 use crate::{
-    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SystemClock, TableConfig,
+    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, SystemClock,
+    TableConfig,
 };
 use convert::{from_sdk_item, names, to_sdk_item, values, Invalid};
 use errors::answer_of;
@@ -482,6 +483,11 @@ impl LeaseStore for LeaseTable {
 
     async fn renew_session(&self, session: &mut Session) -> Result<()> {
         *session = self.run(protocol::RenewSession::new(&self.config, session)).await?;
+        Ok(())
+    }
+
+    async fn renew_session_reporting(&self, session: &mut Session, load: SessionLoad) -> Result<()> {
+        *session = self.run(protocol::RenewSession::new(&self.config, session).reporting(load)).await?;
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use super::value::{is_own, item_from_attrs, key, n, s, Item};
 use super::{read_answer, Budget, Input, Operation, Step};
 use crate::config::validate_id;
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
-use crate::{DesiredState, LeaseItem, SessionItem, TableConfig};
+use crate::{DesiredState, LeaseItem, SessionItem, SessionLoad, TableConfig};
 
 /// BatchGetItem's limit of keys per request.
 pub const BATCH_GET_MAX: usize = 100;
@@ -261,12 +261,18 @@ impl Operation for Sessions {
             Ok(out) => out,
             Err(step) => return step,
         };
-        for item in own_items(&self.config, out.items.clone().unwrap_or_default()) {
+        for attrs in out.items.iter().flatten().filter(|attrs| is_own(&self.config, attrs)) {
+            let item = item_from_attrs(&self.config, attrs);
             if let Some(owner) = self.config.session_owner(&item.id) {
+                let load = |name: &str| super::session::number(attrs, name);
+                let load = load(&self.config.session_held_attribute)
+                    .zip(load(&self.config.session_capacity_attribute))
+                    .map(|(held, max_connections)| SessionLoad { held, max_connections });
                 self.found.push(SessionItem {
                     owner: owner.to_string(),
                     epoch: item.fence,
                     expires_at_ms: item.expires_at_ms.unwrap_or(0),
+                    load,
                 });
             }
         }

@@ -11,9 +11,9 @@ use super::value::{item_from_attrs, key, n, s, AttributeValue, Item};
 use super::{triage, Budget, Cause, Input, Operation, Step, Triage};
 use crate::config::validate_id;
 use crate::lease::{claim_cutoff, deadline, expiry_for, HELD_UNDER_SESSION_MS};
-use crate::{DesiredState, Error, Lease, LeaseItem, Session, TableConfig};
+use crate::{DesiredState, Error, Lease, LeaseItem, Session, SessionLoad, TableConfig};
 
-fn number(attrs: &Item, name: &str) -> Option<u64> {
+pub(crate) fn number(attrs: &Item, name: &str) -> Option<u64> {
     attrs.get(name).and_then(AttributeValue::as_n).and_then(|v| v.parse().ok())
 }
 
@@ -148,6 +148,7 @@ impl Operation for CreateSession {
 pub struct RenewSession {
     config: TableConfig,
     session: Session,
+    load: Option<SessionLoad>,
     budget: Budget,
     phase: Phase,
     attempts: Vec<(u64, u64)>,
@@ -158,10 +159,17 @@ impl RenewSession {
         Self {
             config: config.clone(),
             session: session.clone(),
+            load: None,
             budget: Budget::until(session.deadline_mono_ms),
             phase: Phase::Write,
             attempts: Vec::new(),
         }
+    }
+
+    /// The renewal also records what the session holds (the same write, for the fleet's balance).
+    pub fn reporting(mut self, load: SessionLoad) -> Self {
+        self.load = Some(load);
+        self
     }
 
     fn lost<T>(&self) -> Step<T> {
@@ -197,15 +205,19 @@ impl Operation for RenewSession {
                     let a = &self.config.attributes;
                     let exp = expiry_for(input.now_ms, &self.config);
                     self.attempts.push((exp, input.mono_ms));
-                    let request = update_item(
-                        &self.config,
-                        &id,
-                        "SET #exp = :exp",
-                        // An ended session (expiry 0) stays ended.
-                        Some("#fence = :epoch AND #exp > :zero".into()),
-                        &[("#exp", &a.expires_at_ms), ("#fence", &a.fence)],
-                        vec![(":exp", n(exp)), (":epoch", n(self.session.epoch)), (":zero", n(0))],
-                    );
+                    let mut update = "SET #exp = :exp".to_string();
+                    let mut names = vec![("#exp", a.expires_at_ms.as_str()), ("#fence", a.fence.as_str())];
+                    let mut values = vec![(":exp", n(exp)), (":epoch", n(self.session.epoch)), (":zero", n(0))];
+                    if let Some(load) = self.load {
+                        update.push_str(", #held = :held, #max = :max");
+                        names.push(("#held", &self.config.session_held_attribute));
+                        names.push(("#max", &self.config.session_capacity_attribute));
+                        values.push((":held", n(load.held)));
+                        values.push((":max", n(load.max_connections)));
+                    }
+                    // An ended session (expiry 0) stays ended.
+                    let condition = Some("#fence = :epoch AND #exp > :zero".into());
+                    let request = update_item(&self.config, &id, &update, condition, &names, values);
                     self.budget.send(input.mono_ms, Request::UpdateItem(request))
                 }
                 Phase::Reread => self.budget.send(input.mono_ms, consistent_get(&self.config, &id)),

@@ -852,6 +852,16 @@ mod session {
         let u = update_of(op.next(at(5_000)));
         assert_eq!(u.condition_expression.as_deref(), Some("#fence = :epoch AND #exp > :zero"));
         assert_eq!(u.expression_attribute_values[":epoch"], n(3));
+        assert_eq!(u.update_expression, "SET #exp = :exp");
+        // Reporting the load: the same write carries it.
+        let load = crate::SessionLoad { held: 7, max_connections: 700 };
+        let mut reporting = RenewSession::new(&cfg(), &session(19_000)).reporting(load);
+        let r = update_of(reporting.next(at(5_000)));
+        assert_eq!(r.update_expression, "SET #exp = :exp, #held = :held, #max = :max");
+        assert_eq!(r.expression_attribute_names["#held"], "held_connections");
+        assert_eq!(r.expression_attribute_names["#max"], "max_connections");
+        assert_eq!((&r.expression_attribute_values[":held"], &r.expression_attribute_values[":max"]), (&n(7), &n(700)));
+        assert_eq!(r.condition_expression, u.condition_expression);
         let s = done(op.next(at(5_040).with(ok_attrs(Item::new()))));
         assert_eq!((s.deadline_mono_ms, s.expires_at_ms), (24_000, NOW + 25_000));
         // Another epoch (or gone): Lost.

@@ -46,13 +46,24 @@ pub(crate) struct Held {
     pub(crate) deadline_mono_ms: AtomicU64,
     /// Session mode: the epoch of the session it was claimed under.
     pub(crate) session_epoch: Option<u64>,
+    /// The claim's fence (how many times the work was claimed) and the order of the claim in
+    /// this worker: what a hand-over picks by.
+    pub(crate) fence: u64,
+    pub(crate) claim_order: u64,
+    /// Picked for a hand-over in this round (0: not picked): no longer reported as held, and
+    /// cancelled once a session renewal sent after the pick has said so (so no worker counts it
+    /// twice, as held here and as unowned).
+    pub(crate) handing_over: AtomicU64,
 }
 
 impl Held {
-    pub(crate) fn new(lease: Lease, session_epoch: Option<u64>) -> Self {
+    pub(crate) fn new(lease: Lease, session_epoch: Option<u64>, claim_order: u64) -> Self {
         Self {
             id: lease.id.clone(),
             session_epoch,
+            fence: lease.fence,
+            claim_order,
+            handing_over: AtomicU64::new(0),
             deadline_mono_ms: AtomicU64::new(lease.deadline_mono_ms),
             lease: tokio::sync::Mutex::new(lease),
             cancel: Cancel::default(),

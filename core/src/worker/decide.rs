@@ -21,6 +21,10 @@ pub enum CancelReason {
     Shutdown,
     /// The handler returned and the lease was given up.
     Released,
+    /// Session mode: the worker holds more than its fair share of the fleet's work and hands
+    /// this connection over: checkpoint and return; it is released and hinted, and the next
+    /// owner resumes from the checkpoint.
+    HandOver,
 }
 
 impl CancelReason {
@@ -31,6 +35,7 @@ impl CancelReason {
             CancelReason::Stopped => "Stopped",
             CancelReason::Shutdown => "Shutdown",
             CancelReason::Released => "Released",
+            CancelReason::HandOver => "HandOver",
         }
     }
 }
@@ -481,5 +486,274 @@ mod tests {
         assert_eq!(stopped_ids(&states), vec!["a", "b"]);
         assert_eq!((hint_batch_size(0), hint_batch_size(3), hint_batch_size(700)), (1, 3, 10));
         assert_eq!((capacity_left(5, 7), capacity_left(5, 2)), (0, 3));
+    }
+}
+
+// Fleet-aware balance (session mode). Every session renewal records what the session holds and
+// the most it takes, so each worker sees the fleet's load in the one query of the sessions it
+// makes anyway. The work is what the live sessions hold plus what nobody holds (orphans and dead
+// sessions' connections); a worker's fair share is its part of that work when it is spread as
+// evenly as every worker's `max_connections` allows (work / live sessions, rounded up, when
+// every cap is large enough). A worker claims up to its share, and a worker above its share
+// hands the excess over, a few at a time and only while some worker is short of its share by
+// more than a slack; nothing moves while the fleet is changing. The slack is in when to move,
+// not in what to claim: a claim limit above the share would have a donor claim back what it
+// has just handed over.
+
+/// How far below its share a worker may be before others hand work over to it: one connection.
+pub const BALANCE_SLACK: u64 = 1;
+
+/// The fewest connections handed over in one round (when the excess is that large).
+pub const HAND_OVER_MIN_BATCH: u64 = 4;
+
+/// Rounds hand over at most this fraction of the excess (rounded up): the bulk moves quickly,
+/// the last few slowly.
+pub const HAND_OVER_FRACTION: u64 = 2;
+
+/// What a live session of another worker reported, and how long this worker has seen it live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerSession {
+    /// `None`: it has not reported yet (a new session, or a driver that does not report).
+    pub load: Option<crate::SessionLoad>,
+    /// How long this worker has seen this epoch of it live, ms.
+    pub seen_for_ms: u64,
+}
+
+/// One worker's view of the fleet.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetView<'a> {
+    /// This worker: held (claims in flight included, hand-overs in progress excluded) and its
+    /// `max_connections`.
+    pub me: crate::SessionLoad,
+    /// The other live sessions.
+    pub peers: &'a [PeerSession],
+    /// Work nobody holds: claimable orphans and the connections of dead sessions seen.
+    pub unowned: u64,
+    /// Of the orphans, those this worker released (handed over) and nobody has claimed yet.
+    pub in_flight: u64,
+}
+
+/// The balance of one view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// Every connection of the fleet.
+    pub work: u64,
+    /// This worker's fair share.
+    pub mine: u64,
+    /// The most this worker may hold after claiming: its share (within `max_connections`).
+    pub claim_limit: u64,
+    /// How far this worker is above its share.
+    pub excess: u64,
+    /// The excess of every live session, this one included.
+    pub fleet_excess: u64,
+    /// How many connections the workers below their share still miss, less the unowned work
+    /// that will fill them without any hand-over.
+    pub open_deficit: u64,
+    /// The largest shortfall of one worker below its share.
+    pub largest_shortfall: u64,
+    /// A session appeared less than one pace ago: hand nothing over until the fleet settles.
+    pub settling: bool,
+    /// Connections this worker handed over that nobody has claimed yet.
+    pub in_flight: u64,
+}
+
+/// The fair level: the smallest `level` with `sum(min(cap, level)) >= work`, so each worker's
+/// share is `min(its cap, level)` (the integer form of work / workers, rounded up, when every
+/// cap is large enough). Above the fleet's capacity every worker's share is its cap.
+pub fn fair_level(work: u64, caps: &[u64]) -> u64 {
+    let room = |level: u64| caps.iter().map(|c| (*c).min(level)).sum::<u64>();
+    let (mut low, mut high) = (0, caps.iter().copied().max().unwrap_or(0));
+    if room(high) < work {
+        return high;
+    }
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if room(mid) >= work {
+            high = mid;
+        } else {
+            low = mid + 1;
+        }
+    }
+    low
+}
+
+/// How long hand-over rounds are apart, and how long a new session is watched before any work
+/// moves: one orphan poll (the receivers claim; a hint is quicker) and two session renewals
+/// (their reports then say so). A donor reports what it gives up before it lets it go, so no
+/// view counts work twice, and starts no round while work it handed over is still unclaimed.
+pub fn balance_pace_ms(renew_ms: u64, orphan_interval_ms: u64) -> u64 {
+    2 * renew_ms + orphan_interval_ms
+}
+
+/// The balance of `view`; `None` when a live session does not report its load: the fleet's
+/// work is unknown, so this worker claims up to its `max_connections` and hands nothing over.
+pub fn fair_share(view: &FleetView<'_>, pace_ms: u64) -> Option<Share> {
+    let mut loads = vec![view.me];
+    for peer in view.peers {
+        loads.push(peer.load?);
+    }
+    let work = loads.iter().map(|l| l.held).sum::<u64>() + view.unowned;
+    let caps: Vec<u64> = loads.iter().map(|l| l.max_connections).collect();
+    let level = fair_level(work, &caps);
+    let share = |l: &crate::SessionLoad| l.max_connections.min(level);
+    let mine = share(&view.me);
+    let fleet_excess = loads.iter().map(|l| l.held.saturating_sub(share(l))).sum();
+    let shortfalls = loads.iter().map(|l| share(l).saturating_sub(l.held));
+    let deficit: u64 = shortfalls.clone().sum();
+    Some(Share {
+        work,
+        mine,
+        claim_limit: mine,
+        excess: view.me.held.saturating_sub(mine),
+        fleet_excess,
+        open_deficit: deficit.saturating_sub(view.unowned),
+        largest_shortfall: shortfalls.max().unwrap_or(0),
+        settling: view.peers.iter().any(|p| p.seen_for_ms < pace_ms),
+        in_flight: view.in_flight,
+    })
+}
+
+/// How many connections to hand over now: none while the fleet settles, while the last round's
+/// connections are not all claimed, within one pace of the last round, or while no worker is
+/// short by more than the slack; otherwise this worker's part
+/// of the open deficit (in proportion to its excess), at most half its excess (at least
+/// [`HAND_OVER_MIN_BATCH`]).
+pub fn hand_over_now(share: &Share, since_last_round_ms: Option<u64>, pace_ms: u64) -> u64 {
+    if share.settling || share.in_flight > 0 || share.excess == 0 || share.largest_shortfall <= BALANCE_SLACK {
+        return 0;
+    }
+    if since_last_round_ms.is_some_and(|ms| ms < pace_ms) {
+        return 0;
+    }
+    let part = (share.open_deficit * share.excess).div_ceil(share.fleet_excess.max(1));
+    let batch = share.excess.div_ceil(HAND_OVER_FRACTION).max(HAND_OVER_MIN_BATCH);
+    share.excess.min(part).min(batch)
+}
+
+/// Which connections to hand over: those claimed the fewest times (lowest fence) first, then
+/// the longest held (lowest claim order), so no connection keeps moving while others stay.
+/// `held` is (id, fence, claim order); returns `count` ids.
+pub fn hand_over_picks(held: &[(String, u64, u64)], count: usize) -> Vec<String> {
+    let mut held: Vec<&(String, u64, u64)> = held.iter().collect();
+    held.sort_by(|a, b| (a.1, a.2, &a.0).cmp(&(b.1, b.2, &b.0)));
+    held.into_iter().take(count).map(|(id, _, _)| id.clone()).collect()
+}
+
+#[cfg(test)]
+mod balance_tests {
+    use super::*;
+    use crate::SessionLoad;
+
+    fn load(held: u64, max_connections: u64) -> SessionLoad {
+        SessionLoad { held, max_connections }
+    }
+
+    fn peer(held: u64) -> PeerSession {
+        PeerSession { load: Some(load(held, 700)), seen_for_ms: 60_000 }
+    }
+
+    fn share(me: u64, peers: &[PeerSession], unowned: u64) -> Share {
+        fair_share(&FleetView { me: load(me, 700), peers, unowned, in_flight: 0 }, 2_000).unwrap()
+    }
+
+    #[test]
+    fn the_level_is_work_over_workers_rounded_up_within_each_cap() {
+        assert_eq!(fair_level(120, &[700, 700, 700, 700]), 30);
+        assert_eq!(fair_level(121, &[700, 700, 700, 700]), 31);
+        assert_eq!(fair_level(0, &[700, 700]), 0);
+        assert_eq!(fair_level(2_000, &[700, 700, 700]), 667);
+        // A small worker takes its cap; the others share the rest.
+        assert_eq!(fair_level(100, &[10, 700, 700]), 45);
+        // Beyond the fleet's capacity everyone is full.
+        assert_eq!(fair_level(3_000, &[700, 700]), 700);
+        assert_eq!(fair_level(5, &[]), 0);
+    }
+
+    #[test]
+    fn claims_stop_at_the_share() {
+        // Alone with 120: all of it.
+        let s = share(0, &[], 120);
+        assert_eq!((s.work, s.mine, s.claim_limit), (120, 120, 120));
+        // A new worker beside one holding 120 claims up to 60, not 120.
+        let s = share(0, &[peer(120)], 0);
+        assert_eq!((s.mine, s.claim_limit, s.excess), (60, 60, 0));
+        // Within max_connections.
+        let s =
+            fair_share(&FleetView { me: load(0, 20), peers: &[peer(120)], unowned: 0, in_flight: 0 }, 2_000).unwrap();
+        assert_eq!((s.mine, s.claim_limit), (20, 20));
+    }
+
+    #[test]
+    fn an_unreported_session_turns_balance_off() {
+        let silent = PeerSession { load: None, seen_for_ms: 60_000 };
+        assert_eq!(
+            fair_share(&FleetView { me: load(120, 700), peers: &[silent], unowned: 0, in_flight: 0 }, 2_000),
+            None
+        );
+    }
+
+    #[test]
+    fn the_excess_goes_over_in_paced_rounds_of_a_few() {
+        // 120 here, a settled peer with none: excess 60, half of it now.
+        let s = share(120, &[peer(0)], 0);
+        assert_eq!((s.excess, s.open_deficit, s.fleet_excess), (60, 60, 60));
+        assert_eq!(hand_over_now(&s, None, 2_000), 30);
+        assert_eq!(hand_over_now(&s, Some(1_999), 2_000), 0, "within one pace of the last round");
+        assert_eq!(hand_over_now(&s, Some(2_000), 2_000), 30);
+        // Released work nobody has claimed yet fills the deficit first; while some of it is
+        // ours, the next round waits.
+        let s = share(105, &[peer(0)], 15);
+        assert_eq!(s.open_deficit, 45);
+        let view = FleetView { me: load(105, 700), peers: &[peer(0)], unowned: 15, in_flight: 15 };
+        let s = fair_share(&view, 2_000).unwrap();
+        assert_eq!(hand_over_now(&s, None, 2_000), 0);
+        // Small excesses still move a few at a time.
+        let s = share(33, &[peer(30), peer(30), peer(27)], 0);
+        assert_eq!(hand_over_now(&s, None, 2_000), 3);
+    }
+
+    #[test]
+    fn donors_split_the_deficit_by_their_excess() {
+        // Three at 40, a newcomer at 0: each gives a third of 30, half of it now.
+        let s = share(40, &[peer(40), peer(40), peer(0)], 0);
+        assert_eq!((s.mine, s.excess, s.fleet_excess, s.open_deficit), (30, 10, 30, 30));
+        assert_eq!(hand_over_now(&s, None, 2_000), 5);
+        let s = share(200, &[peer(200), peer(0)], 0);
+        assert_eq!((s.excess, hand_over_now(&s, None, 2_000)), (66, 33));
+        // One donor with a big excess, one with a small one.
+        let s = share(2, &[peer(78), peer(0)], 0);
+        assert_eq!(hand_over_now(&s, None, 2_000), 0, "below its share: nothing to give");
+        let s = share(44, &[peer(76), peer(0)], 0);
+        assert_eq!((s.mine, s.excess, s.fleet_excess), (40, 4, 40));
+        assert_eq!(hand_over_now(&s, None, 2_000), 4);
+    }
+
+    #[test]
+    fn nothing_moves_within_the_slack_or_while_the_fleet_settles() {
+        // 31/30/30/29: nobody short by more than one.
+        let s = share(31, &[peer(30), peer(30), peer(29)], 0);
+        assert_eq!(hand_over_now(&s, None, 2_000), 0);
+        // 121 over four: 31/30/30/30 is as even as it gets.
+        let s = share(31, &[peer(30), peer(30), peer(30)], 0);
+        assert_eq!((s.mine, hand_over_now(&s, None, 2_000)), (31, 0));
+        // A session seen for less than one pace: wait.
+        let new = PeerSession { load: Some(load(0, 700)), seen_for_ms: 500 };
+        let s = fair_share(&FleetView { me: load(120, 700), peers: &[new], unowned: 0, in_flight: 0 }, 2_000).unwrap();
+        assert!(s.settling);
+        assert_eq!(hand_over_now(&s, None, 2_000), 0);
+    }
+
+    #[test]
+    fn the_least_moved_and_longest_held_go_first() {
+        let held = vec![("c".to_string(), 2, 0), ("a".to_string(), 1, 5), ("b".to_string(), 1, 3), ("d".into(), 3, 1)];
+        assert_eq!(hand_over_picks(&held, 3), vec!["b", "a", "c"]);
+        assert_eq!(hand_over_picks(&held, 0), Vec::<String>::new());
+        assert_eq!(hand_over_picks(&held, 9).len(), 4);
+    }
+
+    #[test]
+    fn the_pace_is_two_renewals_and_one_poll() {
+        assert_eq!(balance_pace_ms(5_000, 2_000), 12_000);
+        assert_eq!(balance_pace_ms(1_000, 1_000), 3_000);
     }
 }

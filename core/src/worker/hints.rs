@@ -34,7 +34,7 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
             .client
             .receive_message()
             .queue_url(&queue.queue_url)
-            .max_number_of_messages(hint_batch_size(inner.permits.available_permits()))
+            .max_number_of_messages(hint_batch_size(inner.room().max(1)))
             .wait_time_seconds(queue.wait.as_secs() as i32)
             .send();
         let received = match tokio::time::timeout(queue.wait + POLL_ANSWER_MARGIN, poll).await {
@@ -63,8 +63,13 @@ pub(crate) async fn hint_loop(inner: Arc<Inner>, queue: HintQueue) {
         }
         inner.counters.add(&inner.counters.hints_received, messages.len() as u64);
         // Hints come in tens (a peer's shutdown, a batch of STARTs): one index query finds all
-        // the work they point at and claims it in parallel.
+        // the work they point at and claims it in parallel. At the fair share, one read of the
+        // sessions first says whether the share has grown (a peer left).
         inner.poll_orphans_now.notify_one();
+        if !inner.below_claim_limit() {
+            let refreshed = super::reconcile::refresh_claim_limit(&inner);
+            let _ = tokio::time::timeout(inner.settings.orphan_interval, refreshed).await;
+        }
         let outcomes: Vec<(Message, Claim)> = futures::stream::iter(messages)
             .map(|m| {
                 let inner = &inner;

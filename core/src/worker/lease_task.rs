@@ -93,7 +93,11 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
             Ok(()) => {
                 inner.counters.add(&inner.counters.released, 1);
                 info!(connection_id = %id, fence = lease.fence, reason = ?reason, "released");
-                if let Some(queue) = inner.hand_over.as_ref().filter(|_| reason == Some(CancelReason::Shutdown)) {
+                let hinted = matches!(reason, Some(CancelReason::Shutdown | CancelReason::HandOver));
+                if reason == Some(CancelReason::HandOver) {
+                    inner.counters.add(&inner.counters.handed_over, 1);
+                }
+                if let Some(queue) = inner.hand_over.as_ref().filter(|_| hinted) {
                     if is_fleet_work(&lease) {
                         super::hints::hand_over(queue, id).await;
                     }
@@ -153,8 +157,9 @@ async fn hold_until_deadline(inner: &Inner, held: &Held) {
         tokio::select! {
             () = sleep_until_mono(store, deadline) => {}
             () = held.cancel.token().cancelled() => {
-                // Stopped or shutdown: the work stays ours while the handler winds down.
-                if !matches!(held.cancel.reason(), Some(CancelReason::Stopped | CancelReason::Shutdown)) {
+                // Stopped, shutdown or handed over: the work stays ours while the handler winds down.
+                let reason = held.cancel.reason();
+                if !matches!(reason, Some(CancelReason::Stopped | CancelReason::Shutdown | CancelReason::HandOver)) {
                     return;
                 }
                 sleep_until_mono(store, held.deadline_mono_ms()).await;

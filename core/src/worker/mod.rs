@@ -44,6 +44,7 @@ mod session;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,7 +62,7 @@ pub use decide::{
 };
 
 use crate::config::validate_id;
-use crate::{Error, LeaseMode, LeaseStore, Result, Session};
+use crate::{Error, LeaseMode, LeaseStore, Result, Session, SessionLoad};
 use connection::Held;
 use decide::{claim_failure, claim_outlived_session, is_fleet_work, moves_with_session, ClaimFailure};
 use report::{Counters, Reporter};
@@ -88,6 +89,8 @@ pub(crate) struct Settings {
     pub(crate) desired_state_interval: Duration,
     pub(crate) metrics_interval: Duration,
     pub(crate) handler_grace: Duration,
+    /// Session mode: claim at most a fair share of the fleet's work, hand the excess over.
+    pub(crate) balance: bool,
 }
 
 /// Builds a [`Worker`]; every knob has the design's default.
@@ -150,6 +153,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Session mode: claim at most a fair share of the fleet's work (what the live sessions
+    /// hold and what nobody holds, spread over the live sessions within each worker's
+    /// `max_connections`) and hand the excess over a few at a time (default on).
+    /// Off, a worker claims whatever it finds up to `max_connections`. Per-item mode ignores it.
+    pub fn balance(mut self, on: bool) -> Self {
+        self.settings.balance = on;
+        self
+    }
+
     /// Receive START hints from this SQS queue (long poll, [`DEFAULT_HINT_WAIT`]).
     pub fn hint_queue(mut self, client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         self.hints = Some(HintQueue { client, queue_url: queue_url.into(), wait: DEFAULT_HINT_WAIT });
@@ -196,6 +208,7 @@ impl WorkerBuilder {
             Box::pin(async move { fut.await.map_err(Into::into) })
         });
         let (new_leases, new_leases_rx) = mpsc::unbounded_channel();
+        let max_connections = self.settings.max_connections;
         let inner = Arc::new(Inner {
             store: self.store,
             id: worker_id,
@@ -211,6 +224,11 @@ impl WorkerBuilder {
             poll_orphans_now: tokio::sync::Notify::new(),
             session: Mutex::new(None),
             reclaim_own: std::sync::atomic::AtomicBool::new(false),
+            claim_limit: AtomicUsize::new(max_connections),
+            balance_changed: tokio::sync::Notify::new(),
+            claims: AtomicU64::new(0),
+            renew_now: tokio::sync::Notify::new(),
+            hand_over_rounds: AtomicU64::new(0),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
         Ok(Worker {
@@ -254,6 +272,9 @@ pub(crate) enum Claim {
     Failed,
 }
 
+/// The claim source of our own earlier epochs' work.
+pub(crate) const RECLAIM_OWN: &str = "own earlier epoch";
+
 /// A new lease for the run loop to supervise, with the capacity it takes.
 type NewLease = (Arc<Held>, OwnedSemaphorePermit);
 
@@ -279,6 +300,17 @@ pub(crate) struct Inner {
     session: Mutex<Option<Session>>,
     /// Session mode: a new epoch was opened; the orphan loop claims back our older epochs' work.
     pub(crate) reclaim_own: std::sync::atomic::AtomicBool,
+    /// Session mode with balance: the most this worker may hold after a claim (its fair
+    /// share), set by every orphan poll.
+    pub(crate) claim_limit: AtomicUsize,
+    /// Fires when the claim limit was set again (the hint loop waits on it while at the limit).
+    pub(crate) balance_changed: tokio::sync::Notify,
+    /// Claims so far: the order of each held lease's claim.
+    claims: AtomicU64,
+    /// Asks the session loop for a renewal now (a hand-over round is waiting on it).
+    pub(crate) renew_now: tokio::sync::Notify,
+    /// Hand-over rounds so far.
+    hand_over_rounds: AtomicU64,
 }
 
 impl Inner {
@@ -318,6 +350,88 @@ impl Inner {
         }
     }
 
+    /// Session mode with balance on.
+    pub(crate) fn balanced(&self) -> bool {
+        self.settings.balance && self.session_mode()
+    }
+
+    /// What the session reports: the work held or being claimed here (not what is being
+    /// handed over, stopped or lost) and `max_connections`.
+    pub(crate) fn load(&self) -> SessionLoad {
+        let leases = self.leases.lock().expect("leases poisoned");
+        let held = leases
+            .by_id
+            .values()
+            .filter(|t| match t {
+                Tracked::Claiming => true,
+                Tracked::Held(h) => h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0,
+            })
+            .count();
+        SessionLoad { held: held as u64, max_connections: self.settings.max_connections as u64 }
+    }
+
+    /// Claims that fit now: the free capacity, and with balance the room below the claim limit.
+    pub(crate) fn room(&self) -> usize {
+        let capacity = self.permits.available_permits();
+        if !self.balanced() {
+            return capacity;
+        }
+        capacity.min(self.claim_limit.load(Ordering::SeqCst).saturating_sub(self.tracked()))
+    }
+
+    /// Whether a claim now would be within the claim limit (always, without balance).
+    pub(crate) fn below_claim_limit(&self) -> bool {
+        !self.balanced() || self.tracked() < self.claim_limit.load(Ordering::SeqCst)
+    }
+
+    /// Picks `count` held connections to hand over ([`decide::hand_over_picks`]) and asks for a
+    /// session renewal at once: it reports them as no longer held, and once it has landed their
+    /// handlers are cancelled with [`CancelReason::HandOver`] ([`Inner::start_hand_overs`]);
+    /// each lease task then releases and hints its connection. Returns the ids.
+    pub(crate) fn hand_over(&self, count: usize) -> Vec<String> {
+        let leases = self.leases.lock().expect("leases poisoned");
+        let candidates: Vec<(String, u64, u64)> = leases
+            .by_id
+            .values()
+            .filter_map(|t| match t {
+                Tracked::Held(h) if h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0 => {
+                    Some((h.id.clone(), h.fence, h.claim_order))
+                }
+                _ => None,
+            })
+            .collect();
+        let picks = decide::hand_over_picks(&candidates, count);
+        let round = self.hand_over_rounds.fetch_add(1, Ordering::SeqCst) + 1;
+        for id in &picks {
+            if let Some(Tracked::Held(h)) = leases.by_id.get(id) {
+                h.handing_over.store(round, Ordering::SeqCst);
+            }
+        }
+        if !picks.is_empty() {
+            self.renew_now.notify_one();
+        }
+        picks
+    }
+
+    /// The latest hand-over round: a session renewal reads it before it reads the load.
+    pub(crate) fn hand_over_round(&self) -> u64 {
+        self.hand_over_rounds.load(Ordering::SeqCst)
+    }
+
+    /// A session renewal that read `round` has reported the connections picked up to that
+    /// round as gone: cancel their handlers.
+    pub(crate) fn start_hand_overs(&self, round: u64) {
+        let leases = self.leases.lock().expect("leases poisoned");
+        for t in leases.by_id.values() {
+            if let Tracked::Held(h) = t {
+                let picked = h.handing_over.load(Ordering::SeqCst);
+                if picked != 0 && picked <= round {
+                    h.cancel.cancel(CancelReason::HandOver);
+                }
+            }
+        }
+    }
+
     /// Ids held or being claimed here.
     pub(crate) fn tracked(&self) -> usize {
         self.leases.lock().expect("leases poisoned").by_id.len()
@@ -340,6 +454,12 @@ impl Inner {
             }
             if leases.by_id.contains_key(id) {
                 return Claim::AlreadyOurs;
+            }
+            // Our own earlier epochs' work is taken back whatever the share (nobody else sees it
+            // as orphaned while we live); the excess is then handed over like any other.
+            let limited = self.balanced() && source != RECLAIM_OWN;
+            if limited && leases.by_id.len() >= self.claim_limit.load(Ordering::SeqCst) {
+                return Claim::NoCapacity;
             }
             leases.by_id.insert(id.to_string(), Tracked::Claiming);
         }
@@ -380,7 +500,8 @@ impl Inner {
             }
         };
         let fence = lease.fence;
-        let held = Arc::new(Held::new(lease, session.as_ref().map(|s| s.epoch)));
+        let order = self.claims.fetch_add(1, Ordering::SeqCst);
+        let held = Arc::new(Held::new(lease, session.as_ref().map(|s| s.epoch), order));
         {
             let mut leases = self.leases.lock().expect("leases poisoned");
             leases.by_id.insert(id.to_string(), Tracked::Held(held.clone()));
@@ -459,6 +580,8 @@ impl Inner {
             hints_received: c.hints_received,
             session_epoch: self.current_session().map(|s| s.epoch),
             session_takeovers: c.session_takeovers,
+            handed_over: c.handed_over,
+            claim_limit: self.balanced().then(|| self.claim_limit.load(Ordering::SeqCst)),
             stopping: self.shutdown.is_cancelled(),
         }
     }
@@ -485,6 +608,10 @@ pub struct WorkerSnapshot {
     pub session_epoch: Option<u64>,
     /// Session mode: connections claimed from dead sessions.
     pub session_takeovers: u64,
+    /// Session mode: connections handed over to balance the fleet.
+    pub handed_over: u64,
+    /// Session mode with balance: the most this worker may hold after a claim now.
+    pub claim_limit: Option<usize>,
     pub stopping: bool,
 }
 
@@ -550,6 +677,7 @@ impl Worker {
                 desired_state_interval: DEFAULT_DESIRED_STATE_INTERVAL,
                 metrics_interval: DEFAULT_METRICS_INTERVAL,
                 handler_grace: DEFAULT_HANDLER_GRACE,
+                balance: true,
             },
             hints: None,
             hint_wait: DEFAULT_HINT_WAIT,

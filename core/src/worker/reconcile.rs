@@ -1,6 +1,7 @@
 //! The worker-wide loops that read the table: orphan reconciliation (the sparse GSI) and the
 //! batched desired-state check of every held lease.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,19 +9,22 @@ use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    dead_session_owners, desired_state_phase_ms, jittered_ms, orphan_query_cutoff, orphan_retry_ms, plan_orphans,
-    stopped_ids, CancelReason, OrphanPlan, OrphanPoll, CLAIM_CONCURRENCY,
+    balance_pace_ms, desired_state_phase_ms, fair_share, hand_over_now, jittered_ms, orphan_query_cutoff,
+    orphan_retry_ms, plan_orphans, stopped_ids, CancelReason, FleetView, OrphanPlan, OrphanPoll, PeerSession,
+    CLAIM_CONCURRENCY,
 };
 use super::Inner;
-use crate::Result;
+use crate::lease::is_orphan;
+use crate::{DesiredState, Result};
 
 pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     let mut failures = 0;
+    let mut balancer = Balancer::default();
     loop {
         if inner.shutdown.is_cancelled() {
             return;
         }
-        let wake_in_ms = match poll_orphans(&inner).await {
+        let wake_in_ms = match poll_orphans(&inner, &mut balancer).await {
             Ok(ms) => {
                 failures = 0;
                 ms
@@ -40,33 +44,80 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     }
 }
 
+/// Session mode: what the balance remembers between polls.
+#[derive(Debug, Default)]
+struct Balancer {
+    /// When each live session (owner, epoch) was first seen, monotonic ms.
+    seen: HashMap<(String, u64), u64>,
+    /// When the last hand-over round began, monotonic ms.
+    last_round_mono_ms: Option<u64>,
+}
+
 /// One poll: query orphans (and leases about to expire), claim what fits, say when to poll next.
-async fn poll_orphans(inner: &Inner) -> Result<u64> {
+async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
     let store = &*inner.store;
     let config = store.config();
     let interval_ms = inner.settings.orphan_interval.as_millis() as u64;
+    let session_mode = inner.session_mode();
     let capacity = inner.permits.available_permits();
-    if capacity == 0 {
+    // Session mode polls even when full: the poll also decides the balance.
+    if capacity == 0 && !session_mode {
         return Ok(jittered_ms(interval_ms, rand::random()));
     }
     let cutoff = orphan_query_cutoff(store.clock().now_ms(), config, interval_ms);
+    // With balance every orphan counts as the fleet's work, not only those that fit here.
+    let page_size = if inner.balanced() { inner.settings.max_connections } else { capacity.max(1) };
     // Only a read: at shutdown it is dropped rather than waited for (claims, below, are not).
     let page = tokio::select! {
         biased;
         () = inner.shutdown.cancelled() => return Ok(0),
-        page = store.orphans_page(cutoff, capacity, None) => page?,
+        page = store.orphans_page(cutoff, page_size, None) => page?,
     };
     inner.counters.add(&inner.counters.orphan_polls, 1);
+    let now_ms = store.clock().now_ms();
+    let fleet = if session_mode && inner.current_session().is_some() {
+        // A failed read of the fleet leaves the limit as it was; the orphans are still claimed.
+        read_fleet(inner, balancer).await.inspect_err(|e| warn!(error = %e, "reading the sessions failed")).ok()
+    } else {
+        None
+    };
+    let dead = if let Some(fleet) = fleet {
+        if inner.balanced() {
+            let unowned_orphans = page
+                .items
+                .iter()
+                .filter(|i| i.desired_state == Some(DesiredState::Started) && !inner.is_tracked(&i.id))
+                .filter(|i| is_orphan(i, now_ms, config))
+                .count();
+            // Released by us (a hand-over) and not claimed yet.
+            let in_flight = page
+                .items
+                .iter()
+                .filter(|i| i.owner.as_deref() == Some(inner.id.as_str()) && !inner.is_tracked(&i.id))
+                .filter(|i| i.desired_state == Some(DesiredState::Started) && is_orphan(i, now_ms, config))
+                .count();
+            let dead_work: usize = fleet.dead.iter().map(|d| d.ids.len()).sum();
+            let unowned = (unowned_orphans + dead_work) as u64;
+            balance(inner, balancer, &fleet.peers, unowned, in_flight as u64);
+        }
+        fleet.dead
+    } else {
+        Vec::new()
+    };
+    // With balance every claimable orphan is a candidate; the waves keep to the room.
+    let capacity = if inner.balanced() { inner.permits.available_permits() } else { inner.room() };
     let poll = OrphanPoll {
         items: &page.items,
         page_was_full: page.next.is_some(),
-        now_ms: store.clock().now_ms(),
+        now_ms,
         capacity,
         interval_ms,
         unit: rand::random(),
     };
     let OrphanPlan { claim, wake_in_ms } = plan_orphans(&poll, config, |id| inner.is_tracked(id));
-    if !claim.is_empty() {
+    if inner.balanced() {
+        claim_in_waves(inner, claim, "orphan").await;
+    } else if !claim.is_empty() {
         debug!(count = claim.len(), "claiming orphans");
         futures::stream::iter(claim)
             .map(|id| async move { inner.claim(&id, "orphan").await })
@@ -74,42 +125,160 @@ async fn poll_orphans(inner: &Inner) -> Result<u64> {
             .for_each(|_| async {})
             .await;
     }
-    if inner.session_mode() {
-        claim_dead_sessions(inner).await?;
+    if session_mode {
+        claim_dead_sessions(inner, dead).await?;
     }
     Ok(wake_in_ms)
 }
 
-/// Session mode: the connections of dead sessions (a query of the session partition, then the
-/// owner index per dead session) are claimed like orphans; a dead session left with none is
-/// retired so later queries skip it. Work of our own earlier epochs is claimed back too.
-async fn claim_dead_sessions(inner: &Inner) -> Result<()> {
+/// A dead session (or an older epoch of ours, `epoch` `None`) and its connections not tracked here.
+struct DeadSession {
+    owner: String,
+    epoch: Option<u64>,
+    /// How many connections the owner index still lists under it (here or not).
+    listed: usize,
+    ids: Vec<String>,
+}
+
+/// The live sessions of the other workers and the dead sessions with their connections.
+struct Fleet {
+    peers: Vec<PeerSession>,
+    dead: Vec<DeadSession>,
+}
+
+/// One query of the session partition (live and dead alike), then the owner index per dead
+/// session. Work of our own earlier epochs is listed too, once after a new epoch was opened.
+async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
     let store = &*inner.store;
-    if inner.current_session().is_none() || inner.shutdown.is_cancelled() {
-        return Ok(());
+    let config = store.config();
+    let sessions = store.sessions(u64::MAX).await?;
+    let (now_ms, mono_ms) = (store.clock().now_ms(), store.clock().monotonic_ms());
+    let mut peers = Vec::new();
+    let mut dead_owners: Vec<(String, Option<u64>)> = Vec::new();
+    let mut live_keys = Vec::new();
+    for s in sessions {
+        if s.is_dead(now_ms, config) {
+            dead_owners.push((s.owner, Some(s.epoch)));
+        } else if s.owner != inner.id {
+            let key = (s.owner, s.epoch);
+            let first_seen = *balancer.seen.entry(key.clone()).or_insert(mono_ms);
+            live_keys.push(key);
+            peers.push(PeerSession { load: s.load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
+        }
     }
-    let cutoff = crate::lease::claim_cutoff(store.clock().now_ms(), store.config());
-    let dead = store.sessions(cutoff).await?;
-    let reclaim_own = inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst);
-    let owners = dead_session_owners(&dead, &inner.id, reclaim_own);
-    for (owner, epoch) in owners {
-        if inner.shutdown.is_cancelled() || inner.permits.available_permits() == 0 {
-            return Ok(());
-        }
+    balancer.seen.retain(|k, _| live_keys.contains(k));
+    if inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        dead_owners.push((inner.id.clone(), None));
+    }
+    let mut dead = Vec::new();
+    for (owner, epoch) in dead_owners {
         let owned = store.owned_by(&owner).await?;
-        if owned.is_empty() {
-            if let Some(epoch) = epoch {
-                store.retire_session(&owner, epoch).await?;
-            }
-            continue;
+        let listed = owned.len();
+        let ids = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
+        dead.push(DeadSession { owner, epoch, listed, ids });
+    }
+    Ok(Fleet { peers, dead })
+}
+
+/// Sets the claim limit from the fleet's load and, paced, hands a few connections over when
+/// this worker is above its share while another is short of its own.
+fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowned: u64, in_flight: u64) {
+    let store = &*inner.store;
+    let config = store.config();
+    let pace_ms = balance_pace_ms(config.renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
+    let view = FleetView { me: inner.load(), peers, unowned, in_flight };
+    let share = fair_share(&view, pace_ms);
+    let limit = share.map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
+    inner.claim_limit.store(limit, std::sync::atomic::Ordering::SeqCst);
+    inner.balance_changed.notify_waiters();
+    let Some(share) = share else { return };
+    let now = store.clock().monotonic_ms();
+    let since = balancer.last_round_mono_ms.map(|t| now.saturating_sub(t));
+    let count = hand_over_now(&share, since, pace_ms);
+    if count > 0 && !inner.shutdown.is_cancelled() {
+        balancer.last_round_mono_ms = Some(now);
+        let ids = inner.hand_over(count as usize);
+        info!(
+            worker_id = %inner.id, handing_over = ids.len(), share = share.mine, work = share.work,
+            sessions = peers.len() + 1, "above the fair share: handing over"
+        );
+    }
+}
+
+/// At the claim limit with hints waiting: one query of the sessions says whether the share has
+/// grown (a peer left or died: its last report says what it held). Only ever raises the limit;
+/// the next orphan poll sets it from the whole view.
+pub(crate) async fn refresh_claim_limit(inner: &Inner) {
+    let store = &*inner.store;
+    let Ok(sessions) = store.sessions(u64::MAX).await else { return };
+    let now_ms = store.clock().now_ms();
+    let mut peers = Vec::new();
+    let mut unowned = 0;
+    for s in sessions.iter().filter(|s| s.owner != inner.id) {
+        if s.is_dead(now_ms, store.config()) {
+            unowned += s.load.map_or(0, |l| l.held);
+        } else {
+            peers.push(PeerSession { load: s.load, seen_for_ms: u64::MAX });
         }
-        let ids: Vec<String> = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
-        let claimed = futures::stream::iter(ids)
-            .map(|id| async move { inner.claim(&id, "dead session").await })
+    }
+    let pace_ms = balance_pace_ms(store.config().renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
+    let view = FleetView { me: inner.load(), peers: &peers, unowned, in_flight: 0 };
+    let limit = fair_share(&view, pace_ms).map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
+    inner.claim_limit.fetch_max(limit, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Claims `ids` in waves no larger than the room left (all at once for our own earlier work):
+/// a claim lost to another worker frees its room for the next wave, so racing claimers share
+/// the work in one poll. Returns how many were claimed.
+async fn claim_in_waves(inner: &Inner, mut ids: Vec<String>, source: &'static str) -> usize {
+    let own = source == super::RECLAIM_OWN;
+    if inner.balanced() {
+        // Claimers racing over one list in one order would mostly collide.
+        use rand::seq::SliceRandom;
+        ids.shuffle(&mut rand::thread_rng());
+    }
+    let mut claimed = 0;
+    while !ids.is_empty() && !inner.shutdown.is_cancelled() {
+        let room = if own { ids.len() } else { inner.room().min(ids.len()) };
+        if room == 0 {
+            break;
+        }
+        let wave: Vec<String> = ids.drain(..room).collect();
+        claimed += futures::stream::iter(wave)
+            .map(|id| async move { inner.claim(&id, source).await })
             .buffer_unordered(CLAIM_CONCURRENCY)
             .filter(|c| futures::future::ready(*c == super::Claim::Claimed))
             .count()
             .await;
+    }
+    claimed
+}
+
+/// Session mode: the connections of dead sessions are claimed like orphans (within the claim
+/// limit); a dead session left with none is retired so later queries skip it.
+async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()> {
+    let store = &*inner.store;
+    for DeadSession { owner, epoch, listed, ids } in dead {
+        if inner.shutdown.is_cancelled() {
+            return Ok(());
+        }
+        if listed == 0 {
+            if let Some(epoch) = epoch.filter(|_| owner != inner.id) {
+                store.retire_session(&owner, epoch).await?;
+            }
+            continue;
+        }
+        let own = epoch.is_none();
+        if inner.room() == 0 && !own {
+            continue;
+        }
+        let source = if own { super::RECLAIM_OWN } else { "dead session" };
+        let wanted = ids.len();
+        let claimed = claim_in_waves(inner, ids, source).await;
+        if own && claimed < wanted {
+            // Some of our earlier work is still listed under us: look again at the next poll.
+            inner.reclaim_own.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if claimed > 0 {
             info!(owner = %owner, claimed, "took over a dead session's work");
             inner.counters.add(&inner.counters.session_takeovers, claimed as u64);

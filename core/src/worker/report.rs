@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub(crate) orphan_polls: AtomicU64,
     pub(crate) hints_received: AtomicU64,
     pub(crate) session_takeovers: AtomicU64,
+    pub(crate) handed_over: AtomicU64,
     renew_latency_ms: Mutex<Vec<u64>>,
     session_renew_latency_ms: Mutex<Vec<u64>>,
 }
@@ -43,6 +44,7 @@ pub(crate) struct Totals {
     pub(crate) orphan_polls: u64,
     pub(crate) hints_received: u64,
     pub(crate) session_takeovers: u64,
+    pub(crate) handed_over: u64,
 }
 
 impl Counters {
@@ -85,6 +87,7 @@ impl Counters {
             orphan_polls: get(&self.orphan_polls),
             hints_received: get(&self.hints_received),
             session_takeovers: get(&self.session_takeovers),
+            handed_over: get(&self.handed_over),
         }
     }
 }

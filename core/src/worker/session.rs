@@ -61,6 +61,8 @@ async fn hold(inner: &Inner, mut session: Session, stop: &CancellationToken) {
         tokio::select! {
             () = stop.cancelled() => return,
             () = sleep_until_mono(store, session_wake_at(&session, config)) => {}
+            // A hand-over round: report the lower load first, then let the work go.
+            () = inner.renew_now.notified() => {}
         }
         if store.clock().monotonic_ms() >= deadline {
             break;
@@ -68,8 +70,12 @@ async fn hold(inner: &Inner, mut session: Session, stop: &CancellationToken) {
         let started = store.clock().monotonic_ms();
         // Rule 2: nothing runs past the deadline, a renewal stuck in the network included.
         let mut renewing = session.clone();
+        // The round first: a pick made after the load was read waits for the next renewal.
+        let round = inner.hand_over_round();
+        let load = inner.load();
         let renewed = tokio::select! {
-            renewed = store.renew_session(&mut renewing) => renewed,
+            // The same write tells the fleet what this worker holds (fleet-aware balance).
+            renewed = store.renew_session_reporting(&mut renewing, load) => renewed,
             () = sleep_until_mono(store, deadline) => Err(Error::Lost { id: config.session_id(&inner.id) }),
         };
         match renewed {
@@ -77,6 +83,7 @@ async fn hold(inner: &Inner, mut session: Session, stop: &CancellationToken) {
                 inner.counters.session_renew_latency(store.clock().monotonic_ms().saturating_sub(started));
                 session = renewing;
                 inner.set_session(Some(session.clone()));
+                inner.start_hand_overs(round);
             }
             Err(e) => {
                 warn!(worker_id = %inner.id, epoch = session.epoch, error = %e, "session lost");
