@@ -70,7 +70,7 @@ export interface AttributeNames {
 }
 
 /** Why a handler's signal aborted. */
-export type CancelReason = "Deadline" | "Lost" | "Stopped" | "Shutdown" | "Released";
+export type CancelReason = "Deadline" | "Lost" | "Stopped" | "Shutdown" | "Released" | "HandOver";
 
 /** The kinds of error a lease operation ends with (`error.kind`). */
 export type ErrorKind =

@@ -5,7 +5,7 @@
 
 use leaselock::protocol::{ClaimInSession, CreateSession, EndSession, RenewSession, RetireSession, Sessions};
 use leaselock::worker::decide;
-use leaselock::{LeaseMode, Session, SessionItem};
+use leaselock::{LeaseMode, Session, SessionItem, SessionLoad};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
@@ -42,11 +42,20 @@ pub struct JsSessionItem {
     pub owner: String,
     pub epoch: u64,
     pub expires_at_ms: u64,
+    /// What the session last reported holding (session renewals of balancing workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_connections: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u64>,
 }
 
 impl From<JsSessionItem> for SessionItem {
     fn from(s: JsSessionItem) -> Self {
-        SessionItem { owner: s.owner, epoch: s.epoch, expires_at_ms: s.expires_at_ms }
+        let load = s
+            .held_connections
+            .zip(s.max_connections)
+            .map(|(held, max_connections)| SessionLoad { held, max_connections });
+        SessionItem { owner: s.owner, epoch: s.epoch, expires_at_ms: s.expires_at_ms, load }
     }
 }
 
@@ -58,8 +67,13 @@ impl IntoJs for Session {
 
 impl IntoJs for Vec<SessionItem> {
     fn into_js(self) -> Value {
-        let items =
-            self.into_iter().map(|s| JsSessionItem { owner: s.owner, epoch: s.epoch, expires_at_ms: s.expires_at_ms });
+        let items = self.into_iter().map(|s| JsSessionItem {
+            owner: s.owner,
+            epoch: s.epoch,
+            expires_at_ms: s.expires_at_ms,
+            held_connections: s.load.map(|l| l.held),
+            max_connections: s.load.map(|l| l.max_connections),
+        });
         Value::Array(items.map(|s| json!(s)).collect())
     }
 }

@@ -163,9 +163,16 @@ pub fn after_renewal_error(
 /// A cancellation reason by name (`Deadline`, `Lost`, `Stopped`, `Shutdown`, `Released`);
 /// anything else (`undefined`) is "none".
 pub fn reason(name: Option<&str>) -> Option<CancelReason> {
-    [CancelReason::Deadline, CancelReason::Lost, CancelReason::Stopped, CancelReason::Shutdown, CancelReason::Released]
-        .into_iter()
-        .find(|r| Some(r.as_str()) == name)
+    [
+        CancelReason::Deadline,
+        CancelReason::Lost,
+        CancelReason::Stopped,
+        CancelReason::Shutdown,
+        CancelReason::Released,
+        CancelReason::HandOver,
+    ]
+    .into_iter()
+    .find(|r| Some(r.as_str()) == name)
 }
 
 pub fn claim_failure(err: &Error) -> &'static str {

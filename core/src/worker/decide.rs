@@ -369,8 +369,8 @@ mod tests {
         assert!(claim_outlived_session(Some(3), None) && claim_outlived_session(Some(3), Some(4)));
         assert!(!claim_outlived_session(Some(3), Some(3)));
         let dead = [
-            SessionItem { owner: "a".into(), epoch: 2, expires_at_ms: 0 },
-            SessionItem { owner: "me".into(), epoch: 1, expires_at_ms: 0 },
+            SessionItem { owner: "a".into(), epoch: 2, expires_at_ms: 0, load: None },
+            SessionItem { owner: "me".into(), epoch: 1, expires_at_ms: 0, load: None },
         ];
         assert_eq!(dead_session_owners(&dead, "me", false), vec![("a".into(), Some(2)), ("me".into(), None)]);
         assert_eq!(dead_session_owners(&[], "me", true), vec![("me".to_string(), None)]);
