@@ -8,7 +8,8 @@
 //
 // Settings come from the same environment variables as the CLI (LEASELOCK_TABLE,
 // LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
-// LEASELOCK_KEY_PREFIX, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS, LEASELOCK_QUEUE_URL),
+// LEASELOCK_KEY_PREFIX, LEASELOCK_MODE, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS,
+// LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
@@ -31,6 +32,8 @@ const table = new LeaseTable({
   renewMs: number('LEASELOCK_RENEW_MS'),
   clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),
   keyPrefix: env.LEASELOCK_KEY_PREFIX,
+  // LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
+  mode: env.LEASELOCK_MODE === 'session' ? 'session' : 'item',
 });
 
 /** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */
@@ -115,6 +118,8 @@ const worker = new Worker({
   queueUrl,
   workerId: env.LEASELOCK_WORKER_ID,
   maxConnections: number('LEASELOCK_MAX_CONNECTIONS'),
+  orphanIntervalMs: number('LEASELOCK_ORPHAN_INTERVAL_MS'),
+  desiredStateIntervalMs: number('LEASELOCK_DESIRED_STATE_INTERVAL_MS'),
   handler: (conn, signal) => stream(conn, signal, worker.workerId),
 });
 console.error(`worker ${worker.workerId}: running`);
