@@ -103,3 +103,9 @@ if __name__ == "__main__":
     print(f"worker {worker.worker_id}: running", file=sys.stderr)
     snapshot = worker.run()
     print(f"worker {snapshot.worker_id}: stopped, released {snapshot.released}", file=sys.stderr)
+    # Every lease is released: leave without the interpreter's finalization, which could race
+    # the binding's runtime thread still returning from handing run()'s result to the loop
+    # (a thread taking the GIL during finalization crashes the process).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

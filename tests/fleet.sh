@@ -51,6 +51,7 @@ checks = [
     ("demo reports ok and exits 0", r.get("demo") == "ok" and status == 0),
     (f"languages {r.get('languages')} == {languages}", r.get("languages") == languages),
     (f"SIGKILL, SIGSTOP, SIGTERM hit {hit} == {victims}", hit == victims),
+    ("every SIGTERMed worker exited with status 0", r.get("unclean_exits") == 0),
     ("no double owner", r["double_owner"] == 0),
     ("no gaps", r["gaps"] == 0),
     ("messages were written", r["messages"] > 18 * 4),

@@ -141,6 +141,8 @@ struct Report {
     zombie_writes_accepted: Option<u64>,
     messages: u64,
     max_subscribers_per_stream: usize,
+    /// Workers that did not end with exit status 0 when stopped by SIGTERM (or ended unasked).
+    unclean_exits: u64,
     /// The languages of the workers run, each once, in the order started.
     languages: Vec<Language>,
     /// The language of the worker killed (SIGKILL), frozen (SIGSTOP + SIGCONT) and stopped
@@ -672,12 +674,24 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         items.iter().all(|i| i.holder_at(now).is_none() && i.desired_state == Some(DesiredState::Stopped))
     })
     .await?;
-    for i in 0..fleet.children.len() {
-        if fleet.children[i].1.try_wait().map_err(other)?.is_none() {
-            fleet.signal(i, libc::SIGTERM)?;
-            fleet.wait_exit(i, Duration::from_secs(30)).await?;
+    // Every worker but the killed one ends by SIGTERM, with exit status 0.
+    let mut unclean = Vec::new();
+    if !status.success() {
+        unclean.push(format!("{leaving} exited with {status} after SIGTERM"));
+    }
+    for i in (0..fleet.children.len()).filter(|&i| i != victim_i && i != leaving_i) {
+        let name = fleet.children[i].0.clone();
+        if let Some(status) = fleet.children[i].1.try_wait().map_err(other)? {
+            unclean.push(format!("{name} exited on its own with {status}"));
+            continue;
+        }
+        fleet.signal(i, libc::SIGTERM)?;
+        let status = fleet.wait_exit(i, Duration::from_secs(30)).await?;
+        if !status.success() {
+            unclean.push(format!("{name} exited with {status} after SIGTERM"));
         }
     }
+    report.unclean_exits = unclean.len() as u64;
     feed_stop.cancel();
     let _ = feed_task.await;
 
@@ -712,6 +726,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
     if report.graceful_handover_max_ms > 2_000 {
         failures.push(format!("graceful hand-over {} ms > 2000 ms", report.graceful_handover_max_ms));
     }
+    failures.extend(unclean);
     if report.zombie_writes_accepted.unwrap_or(0) > 0 {
         failures.push("a frozen worker wrote after losing its lease".into());
     }
