@@ -72,6 +72,10 @@ async function stream(conn, signal, workerId) {
   const closed = new Promise((resolve) => ws.once('close', resolve));
   const onAbort = () => ws.close();
   signal.addEventListener('abort', onAbort, { once: true });
+  // A lease lost (or a shutdown) as the handler starts aborts before the listener is added.
+  if (signal.aborted) {
+    onAbort();
+  }
   // Messages are handled one at a time, in order: the next waits for the last one's write.
   let chain = Promise.resolve();
   let failure;
@@ -125,3 +129,6 @@ const worker = new Worker({
 console.error(`worker ${worker.workerId}: running`);
 const snapshot = await worker.run();
 console.error(`worker ${snapshot.workerId}: stopped, ${JSON.stringify(snapshot)}`);
+// Every lease is released; a handler that ignored its signal was left behind by the worker and
+// must not keep the process alive.
+process.exit(0);
