@@ -6,7 +6,8 @@
 # (SIGCONT), one stopped (SIGTERM). Asserts per run: no double ownership, no gaps, no write from
 # the thawed worker, crash failover <= lease + skew + 3 s and graceful hand-over <= 2 s, the
 # SIGTERMed worker exits within the hint wait (5 s, every worker's default; shutdown drains the
-# long poll in flight) + 1 s, and each signal hit the language it was aimed at. Across the runs:
+# long poll in flight) + 1 s with exit status 0 (as every worker stopped at the end), and each
+# signal hit the language it was aimed at. Across the runs:
 # every language was killed, frozen and terminated at least once.
 # Needs AWS_ENDPOINT_URL (run through scripts/with-services.sh), the Python binding in .venv
 # (scripts/python-binding.sh) and the Node package (scripts/build-wasm.sh): `make test-fleet`.

@@ -245,7 +245,15 @@ impl Launch<'_> {
                     .args(["--index-name", &c.index_name, "--key-prefix", &c.key_prefix])
                     .args(["--lease-ms", &c.lease_ms().to_string(), "--renew-ms", &c.renew_ms().to_string()])
                     .args(["--skew-ms", &c.skew_ms().to_string(), "--mode", c.mode.as_str()])
-                    .args(["worker", "--worker-id", name, "--queue-url", self.queue_url, "--metrics-interval-ms", "5000"])
+                    .args([
+                        "worker",
+                        "--worker-id",
+                        name,
+                        "--queue-url",
+                        self.queue_url,
+                        "--metrics-interval-ms",
+                        "5000",
+                    ])
                     .args(["--orphan-interval-ms", &self.orphan_interval_ms.to_string()])
                     .args(["--desired-state-interval-ms", &self.desired_state_interval_ms.to_string()]);
                 cmd
@@ -469,7 +477,8 @@ async fn messages_by_stream(
     let mut pages = client.scan().table_name(table).consistent_read(true).into_paginator().items().send();
     while let Some(item) = pages.next().await {
         let item = item.map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-        let row = (num(item.get("seq")), num(item.get("writes")), text(item.get("worker")), num(item.get("written_at_ms")));
+        let row =
+            (num(item.get("seq")), num(item.get("writes")), text(item.get("worker")), num(item.get("written_at_ms")));
         rows.entry(text(item.get("stream"))).or_default().push(row);
     }
     Ok(rows)
@@ -622,12 +631,9 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         let rows = messages_by_stream(table.client(), &messages_table).await?;
         for id in &zombie_ids {
             let taken_at = taken[id].1;
-            accepted += rows
-                .get(id)
-                .into_iter()
-                .flatten()
-                .filter(|(_, _, w, at)| *w == zombie && *at > taken_at)
-                .count() as u64;
+            accepted +=
+                rows.get(id).into_iter().flatten().filter(|(_, _, w, at)| *w == zombie && *at > taken_at).count()
+                    as u64;
         }
         report.zombie_writes_accepted = Some(accepted);
         say(t0, format!("writes by the thawed worker after takeover that landed: {accepted}"));
@@ -755,6 +761,32 @@ mod tests {
 
     fn held(id: &str, owner: &str, expires_at_ms: u64) -> LeaseItem {
         LeaseItem { id: id.into(), owner: Some(owner.into()), expires_at_ms: Some(expires_at_ms), ..Default::default() }
+    }
+
+    fn demo_args(cli: &[&str]) -> DemoArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            demo: DemoArgs,
+        }
+        let argv = std::iter::once("demo").chain(cli.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).expect("demo arguments parse").demo
+    }
+
+    #[test]
+    fn workers_cycle_through_the_languages_and_victims_must_exist() {
+        use Language::*;
+        assert_eq!(demo_args(&[]).fleet_languages(), [Rust, Python, Node]);
+        assert_eq!(demo_args(&["--workers", "5"]).fleet_languages(), [Rust, Python, Node, Rust, Python]);
+        assert_eq!(demo_args(&["--languages", "node", "--workers", "3"]).fleet_languages(), [Node, Node, Node]);
+        assert!(demo_args(&["--zombie", "--victims", "node,rust,python"]).check_victims().is_ok());
+        // Without --zombie there are two failures: a third victim has no phase.
+        assert!(demo_args(&["--victims", "node,rust,python"]).check_victims().is_err());
+        // One Python worker cannot be hit twice.
+        assert!(demo_args(&["--zombie", "--victims", "python,python"]).check_victims().is_err());
+        assert!(demo_args(&["--workers", "4", "--zombie", "--victims", "rust,rust"]).check_victims().is_ok());
+        let json = serde_json::to_string(&[Rust, Python, Node]).unwrap();
+        assert_eq!(json, r#"["rust","python","node"]"#);
     }
 
     #[test]
