@@ -182,13 +182,8 @@ impl Fleet {
             if let Some(status) = child.try_wait().map_err(other)? {
                 let log = logs.join(format!("{name}.log"));
                 let tail = std::fs::read_to_string(&log).unwrap_or_default();
-                let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(other(format!(
-                    "worker {name} exited early ({status}); {}:\n{}",
-                    log.display(),
-                    tail.join("\n")
-                )));
+                let last = tail.lines().map(str::trim).rev().find(|l| !l.is_empty()).unwrap_or_default();
+                return Err(other(format!("worker {name} exited early ({status}): {last:?} (see {})", log.display())));
             }
         }
         Ok(())
