@@ -29,7 +29,12 @@ test-engine:
 test-rust:
 	scripts/with-services.sh $(CARGO) test --workspace
 
+# A Rust, a Python and a Node worker on one table: the binding into .venv and the Node package
+# are built first (both scripts skip what is already in place).
 test-fleet:
+	scripts/services.sh install
+	scripts/python-binding.sh
+	scripts/build-wasm.sh
 	$(CARGO) build -q -p leaselock-cli
 	MOTO_PORT=$(FLEET_PORT) scripts/with-services.sh tests/fleet.sh
 	MOTO_PORT=$(FLEET_PORT) scripts/with-services.sh tests/balance.sh
@@ -70,7 +75,11 @@ services:
 services-stop:
 	scripts/services.sh stop
 
+# The mixed fleet (Rust, Python and Node workers), from a fresh clone: what it runs is built first.
 demo:
+	scripts/services.sh install
+	scripts/python-binding.sh
+	scripts/build-wasm.sh
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 

@@ -7,9 +7,10 @@
 //   node examples/node_worker.mjs          # SIGTERM / Ctrl-C: graceful hand-over
 //   node examples/node_worker.mjs --mode session   # one session heartbeat for every stream
 //
-// Settings come from the same environment variables as the CLI (LEASELOCK_TABLE, LEASELOCK_MODE,
+// Settings come from the same environment variables as the CLI (LEASELOCK_TABLE,
 // LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
-// LEASELOCK_KEY_PREFIX, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS, LEASELOCK_QUEUE_URL),
+// LEASELOCK_KEY_PREFIX, LEASELOCK_MODE, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS,
+// LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
@@ -74,6 +75,10 @@ async function stream(conn, signal, workerId) {
   const closed = new Promise((resolve) => ws.once('close', resolve));
   const onAbort = () => ws.close();
   signal.addEventListener('abort', onAbort, { once: true });
+  // A lease lost (or a shutdown) as the handler starts aborts before the listener is added.
+  if (signal.aborted) {
+    onAbort();
+  }
   // Messages are handled one at a time, in order: the next waits for the last one's write.
   let chain = Promise.resolve();
   let failure;
@@ -120,8 +125,13 @@ const worker = new Worker({
   queueUrl,
   workerId: env.LEASELOCK_WORKER_ID,
   maxConnections: number('LEASELOCK_MAX_CONNECTIONS'),
+  orphanIntervalMs: number('LEASELOCK_ORPHAN_INTERVAL_MS'),
+  desiredStateIntervalMs: number('LEASELOCK_DESIRED_STATE_INTERVAL_MS'),
   handler: (conn, signal) => stream(conn, signal, worker.workerId),
 });
 console.error(`worker ${worker.workerId}: running`);
 const snapshot = await worker.run();
 console.error(`worker ${snapshot.workerId}: stopped, ${JSON.stringify(snapshot)}`);
+// Every lease is released; a handler that ignored its signal was left behind by the worker and
+// must not keep the process alive.
+process.exit(0);

@@ -40,6 +40,8 @@ table = leaselock.LeaseTable(
     renew_ms=int(env("LEASELOCK_RENEW_MS", "5000")),
     clock_skew_ms=int(env("LEASELOCK_CLOCK_SKEW_MS", "1000")),
     key_prefix=env("LEASELOCK_KEY_PREFIX", ""),
+    # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
+    mode="session" if env("LEASELOCK_MODE", "per-item") == "session" else "item",
 )
 MESSAGES = env("LEASELOCK_MESSAGES_TABLE", "leaselock-messages")
 worker = leaselock.Worker(
@@ -101,3 +103,9 @@ if __name__ == "__main__":
     print(f"worker {worker.worker_id}: running", file=sys.stderr)
     snapshot = worker.run()
     print(f"worker {snapshot.worker_id}: stopped, released {snapshot.released}", file=sys.stderr)
+    # Every lease is released: leave without the interpreter's finalization, which could race
+    # the binding's runtime thread still returning from handing run()'s result to the loop
+    # (a thread taking the GIL during finalization crashes the process).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

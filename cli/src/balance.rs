@@ -12,7 +12,7 @@ use leaselock::{Clock, LeaseItem, LeaseMode, LeaseStore, LeaseTable, SystemClock
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::demo::{messages_of, say, status_line, Fleet};
+use crate::demo::{messages_by_stream, say, status_line, Fleet};
 use crate::upstream::Feed;
 use crate::{other, CliResult, Failure, TableArgs};
 
@@ -163,7 +163,7 @@ pub async fn run(args: &TableArgs, b: BalanceArgs) -> CliResult {
             .map_err(other)?;
         Ok((name, child))
     };
-    let mut fleet = Fleet { children: Vec::new() };
+    let mut fleet = Fleet { children: Vec::new(), languages: Vec::new() };
     let n = ids.len();
     let mut report =
         Report { connections: n, workers: b.workers, stagger_ms: b.stagger_secs * 1000, ..Report::default() };
@@ -259,8 +259,9 @@ pub async fn run(args: &TableArgs, b: BalanceArgs) -> CliResult {
     }
     feed_stop.cancel();
     let _ = feed_task.await;
+    let by_stream = messages_by_stream(table.client(), &messages_table).await?;
     for id in &ids {
-        let rows = messages_of(table.client(), &messages_table, id).await?;
+        let rows = by_stream.get(id).map(Vec::as_slice).unwrap_or_default();
         let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
         report.gaps += max - rows.len() as u64;
         report.duplicates += rows.iter().map(|r| r.1.saturating_sub(1)).sum::<u64>();

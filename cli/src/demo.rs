@@ -1,10 +1,11 @@
-//! The local demo: an upstream feed, a fleet of worker processes, 30 streams; one worker is
-//! killed with SIGKILL, another (optionally) frozen with SIGSTOP past its deadline and thawed,
-//! another stopped with SIGTERM; every stream must be owned again within the bounds, with no
-//! gap and no two owners at once. The last line printed is one JSON report.
+//! The local demo: an upstream feed, a fleet of worker processes (Rust, Python and Node, on the
+//! same table), 30 streams; one worker is killed with SIGKILL, another (optionally) frozen with
+//! SIGSTOP past its deadline and thawed, another stopped with SIGTERM; every stream must be owned
+//! again within the bounds, with no gap and no two owners at once. The last line printed is one
+//! JSON report.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use std::time::Duration;
@@ -16,6 +17,26 @@ use tokio_util::sync::CancellationToken;
 
 use crate::upstream::Feed;
 use crate::{other, CliResult, Failure, TableArgs};
+
+/// The language of a worker process: the CLI's `leaselock worker`, or one of the reference
+/// workers in examples/ through its binding.
+#[derive(clap::ValueEnum, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Rust,
+    Python,
+    Node,
+}
+
+impl Language {
+    fn as_str(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::Node => "node",
+        }
+    }
+}
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
@@ -44,6 +65,58 @@ pub struct DemoArgs {
     /// Where worker logs go.
     #[arg(long, default_value = ".demo")]
     pub dir: PathBuf,
+    /// Languages of the workers, in turn (worker i runs the i-th, cycling): `rust` is
+    /// `leaselock worker`, `python` examples/python_worker.py, `node` examples/node_worker.mjs.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "rust,python,node")]
+    pub languages: Vec<Language>,
+    /// The language each failure hits, in the order they happen: the SIGKILL, the SIGSTOP (with
+    /// --zombie), the SIGTERM. Each goes to the busiest worker of that language not hit yet;
+    /// without this, to the busiest worker not hit yet.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub victims: Vec<Language>,
+    /// The Python interpreter with the binding installed (default: the repository's .venv).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// The Node executable.
+    #[arg(long, default_value = "node")]
+    pub node: PathBuf,
+    /// Where examples/python_worker.py and examples/node_worker.mjs are (default: the
+    /// repository's examples/).
+    #[arg(long)]
+    pub examples: Option<PathBuf>,
+}
+
+impl DemoArgs {
+    /// Each worker's language: `languages` cycled over `workers`.
+    fn fleet_languages(&self) -> Vec<Language> {
+        self.languages.iter().copied().cycle().take(self.workers as usize).collect()
+    }
+
+    /// Refuses victims the fleet cannot provide: more failures than phases, or more hits on a
+    /// language than it has workers (one worker must survive every phase).
+    fn check_victims(&self) -> CliResult {
+        let phases = if self.zombie { 3 } else { 2 };
+        if self.languages.is_empty() {
+            return Err(other("--languages: at least one language"));
+        }
+        if self.victims.len() > phases {
+            return Err(other(format!("--victims: {phases} failures in this demo, {} given", self.victims.len())));
+        }
+        let fleet = self.fleet_languages();
+        for lang in &self.victims {
+            let hits = self.victims.iter().filter(|v| *v == lang).count();
+            let have = fleet.iter().filter(|l| *l == lang).count();
+            if hits > have {
+                return Err(other(format!("--victims: {hits} hits on {} but {have} such workers", lang.as_str())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The repository this CLI was built from (examples/ and .venv are found there by default).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -68,10 +141,22 @@ struct Report {
     zombie_writes_accepted: Option<u64>,
     messages: u64,
     max_subscribers_per_stream: usize,
+    /// Workers that did not end with exit status 0 when stopped by SIGTERM (or ended unasked).
+    unclean_exits: u64,
+    /// The languages of the workers run, each once, in the order started.
+    languages: Vec<Language>,
+    /// The language of the worker killed (SIGKILL), frozen (SIGSTOP + SIGCONT) and stopped
+    /// (SIGTERM).
+    killed: Option<Language>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frozen: Option<Language>,
+    terminated: Option<Language>,
 }
 
 pub(crate) struct Fleet {
     pub(crate) children: Vec<(String, Child)>,
+    /// The language of each child.
+    pub(crate) languages: Vec<Language>,
 }
 
 impl Fleet {
@@ -83,6 +168,23 @@ impl Fleet {
         // SAFETY: kill(2) on a child process this demo started and has not reaped.
         if unsafe { libc::kill(self.pid(i), signal) } != 0 {
             return Err(other(format!("kill {} failed: {}", self.pid(i), std::io::Error::last_os_error())));
+        }
+        Ok(())
+    }
+
+    /// The first worker that exited though no failure was aimed at it yet, as an error naming
+    /// its log (a worker that cannot start fails the demo at once, not by a timeout).
+    fn exited_early(&mut self, logs: &Path, among: &[usize]) -> CliResult {
+        for (i, (name, child)) in self.children.iter_mut().enumerate() {
+            if !among.contains(&i) {
+                continue;
+            }
+            if let Some(status) = child.try_wait().map_err(other)? {
+                let log = logs.join(format!("{name}.log"));
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                let last = tail.lines().map(str::trim).rev().find(|l| !l.is_empty()).unwrap_or_default();
+                return Err(other(format!("worker {name} exited early ({status}): {last:?} (see {})", log.display())));
+            }
         }
         Ok(())
     }
@@ -110,6 +212,112 @@ impl Drop for Fleet {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+/// How a worker of each language is started: all of them get the same tables, lease settings,
+/// hint queue and intervals (the CLI's flags, the examples' LEASELOCK_* environment).
+struct Launch<'a> {
+    exe: PathBuf,
+    python: PathBuf,
+    node: PathBuf,
+    examples: PathBuf,
+    lease_table: &'a str,
+    messages_table: &'a str,
+    config: &'a TableConfig,
+    queue_url: &'a str,
+    orphan_interval_ms: u64,
+    desired_state_interval_ms: u64,
+}
+
+impl Launch<'_> {
+    fn command(&self, language: Language, name: &str) -> Command {
+        let c = self.config;
+        let mut cmd = match language {
+            Language::Rust => {
+                let mut cmd = Command::new(&self.exe);
+                cmd.args(["--table", self.lease_table, "--messages-table", self.messages_table])
+                    .args(["--index-name", &c.index_name, "--key-prefix", &c.key_prefix])
+                    .args(["--lease-ms", &c.lease_ms().to_string(), "--renew-ms", &c.renew_ms().to_string()])
+                    .args(["--skew-ms", &c.skew_ms().to_string(), "--mode", c.mode.as_str()])
+                    .args([
+                        "worker",
+                        "--worker-id",
+                        name,
+                        "--queue-url",
+                        self.queue_url,
+                        "--metrics-interval-ms",
+                        "5000",
+                    ])
+                    .args(["--orphan-interval-ms", &self.orphan_interval_ms.to_string()])
+                    .args(["--desired-state-interval-ms", &self.desired_state_interval_ms.to_string()]);
+                cmd
+            }
+            Language::Python => {
+                let mut cmd = Command::new(&self.python);
+                cmd.arg(self.examples.join("python_worker.py")).env("PYTHONUNBUFFERED", "1");
+                cmd
+            }
+            Language::Node => {
+                let mut cmd = Command::new(&self.node);
+                cmd.arg(self.examples.join("node_worker.mjs"));
+                cmd
+            }
+        };
+        if language != Language::Rust {
+            cmd.envs([
+                ("LEASELOCK_TABLE", self.lease_table.to_string()),
+                ("LEASELOCK_MESSAGES_TABLE", self.messages_table.to_string()),
+                ("LEASELOCK_INDEX_NAME", c.index_name.clone()),
+                ("LEASELOCK_KEY_PREFIX", c.key_prefix.clone()),
+                ("LEASELOCK_LEASE_MS", c.lease_ms().to_string()),
+                ("LEASELOCK_RENEW_MS", c.renew_ms().to_string()),
+                ("LEASELOCK_CLOCK_SKEW_MS", c.skew_ms().to_string()),
+                ("LEASELOCK_MODE", c.mode.as_str().to_string()),
+                ("LEASELOCK_WORKER_ID", name.to_string()),
+                ("LEASELOCK_QUEUE_URL", self.queue_url.to_string()),
+                ("LEASELOCK_METRICS_INTERVAL_MS", "5000".to_string()),
+                ("LEASELOCK_ORPHAN_INTERVAL_MS", self.orphan_interval_ms.to_string()),
+                ("LEASELOCK_DESIRED_STATE_INTERVAL_MS", self.desired_state_interval_ms.to_string()),
+            ]);
+        }
+        cmd.env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| "info".into()));
+        cmd
+    }
+}
+
+/// Waits (polling the logs, bounded) until every worker has said `worker NAME: running`, which
+/// each language prints as its worker starts.
+async fn wait_running(fleet: &mut Fleet, logs: &Path, limit: Duration) -> CliResult {
+    let until = Instant::now() + limit;
+    let all: Vec<usize> = (0..fleet.children.len()).collect();
+    loop {
+        fleet.exited_early(logs, &all)?;
+        let waiting: Vec<&str> = fleet
+            .children
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| {
+                let log = std::fs::read_to_string(logs.join(format!("{name}.log"))).unwrap_or_default();
+                !log.contains(&format!("worker {name}: running"))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(other(format!("not running after {limit:?}: {}", waiting.join(", "))));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Fails as soon as any worker exits (for a phase no signal is part of).
+async fn watch_exits(fleet: &mut Fleet, logs: &Path) -> CliResult {
+    let all: Vec<usize> = (0..fleet.children.len()).collect();
+    loop {
+        fleet.exited_early(logs, &all)?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -193,16 +401,17 @@ async fn held_by(table: &LeaseTable, worker: &str) -> CliResult<Vec<String>> {
     Ok(table.owned_by(worker).await?.into_iter().map(|i| i.id).collect())
 }
 
-/// Takes out of `candidates` (indexes into the fleet) the worker holding the most streams, and
-/// returns its index, name and streams: a phase aimed at a worker that holds nothing measures
-/// nothing, and which worker claims what first is a race.
+/// Takes out of `candidates` (indexes into the fleet) the worker holding the most streams (of
+/// `language`, if given), and returns its index, name and streams: a phase aimed at a worker that
+/// holds nothing measures nothing, and which worker claims what first is a race.
 async fn busiest(
     table: &LeaseTable,
     fleet: &Fleet,
     candidates: &mut Vec<usize>,
+    language: Option<Language>,
 ) -> CliResult<(usize, String, Vec<String>)> {
     let mut best: Option<(usize, String, Vec<String>)> = None;
-    for &i in candidates.iter() {
+    for &i in candidates.iter().filter(|&&i| language.is_none_or(|l| fleet.languages[i] == l)) {
         let name = fleet.children[i].0.clone();
         let held = held_by(table, &name).await?;
         if best.as_ref().is_none_or(|(_, _, most)| held.len() > most.len()) {
@@ -210,6 +419,9 @@ async fn busiest(
         }
     }
     let best = best.ok_or_else(|| other("no worker left to test"))?;
+    if best.2.is_empty() {
+        return Err(other(format!("{} holds no stream: the phase aimed at it would measure nothing", best.1)));
+    }
     candidates.retain(|&i| i != best.0);
     Ok(best)
 }
@@ -245,33 +457,30 @@ async fn wait_until(
     }
 }
 
-/// Every (seq, writes, worker, written_at) row of one stream in the messages table.
-pub(crate) async fn messages_of(
+/// One (seq, writes, worker, written_at) row of the messages table.
+pub(crate) type MessageRow = (u64, u64, String, u64);
+
+/// Every row of the messages table, by stream: one consistent scan (the local engine answers a
+/// query by going through the whole table, so a query per stream costs the table once each).
+pub(crate) async fn messages_by_stream(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    stream: &str,
-) -> CliResult<Vec<(u64, u64, String, u64)>> {
+) -> CliResult<HashMap<String, Vec<MessageRow>>> {
     let num = |v: Option<&AttributeValue>| v.and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
-    let mut rows = Vec::new();
-    let mut pages = client
-        .query()
-        .table_name(table)
-        .key_condition_expression("#s = :s")
-        .expression_attribute_names("#s", "stream")
-        .expression_attribute_values(":s", AttributeValue::S(stream.into()))
-        .consistent_read(true)
-        .into_paginator()
-        .items()
-        .send();
+    let text = |v: Option<&AttributeValue>| v.and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    let mut rows: HashMap<String, Vec<MessageRow>> = HashMap::new();
+    let mut pages = client.scan().table_name(table).consistent_read(true).into_paginator().items().send();
     while let Some(item) = pages.next().await {
         let item = item.map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-        let worker = item.get("worker").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-        rows.push((num(item.get("seq")), num(item.get("writes")), worker, num(item.get("written_at_ms"))));
+        let row =
+            (num(item.get("seq")), num(item.get("writes")), text(item.get("worker")), num(item.get("written_at_ms")));
+        rows.entry(text(item.get("stream"))).or_default().push(row);
     }
     Ok(rows)
 }
 
 pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
+    d.check_victims()?;
     let t0 = Instant::now();
     let run_id = format!("{}", SystemClock.now_ms());
     let lease_table = format!("leaselock-demo-{run_id}");
@@ -304,59 +513,60 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     let logs = d.dir.join(&run_id);
     std::fs::create_dir_all(&logs).map_err(other)?;
-    let exe = std::env::current_exe().map_err(other)?;
-    let mut fleet = Fleet { children: Vec::new() };
-    for i in 0..d.workers {
-        let name = format!("demo-w{i}");
+    let launch = Launch {
+        exe: std::env::current_exe().map_err(other)?,
+        python: d.python.clone().unwrap_or_else(|| repo_root().join(".venv/bin/python")),
+        node: d.node.clone(),
+        examples: d.examples.clone().unwrap_or_else(|| repo_root().join("examples")),
+        lease_table: &lease_table,
+        messages_table: &messages_table,
+        config: &config,
+        queue_url: &queue_url,
+        orphan_interval_ms: d.orphan_interval_ms,
+        desired_state_interval_ms: d.desired_state_interval_ms,
+    };
+    let mut fleet = Fleet { children: Vec::new(), languages: Vec::new() };
+    for (i, language) in d.fleet_languages().into_iter().enumerate() {
+        let name = format!("demo-w{i}-{}", language.as_str());
         let log = std::fs::File::create(logs.join(format!("{name}.log"))).map_err(other)?;
-        let child = Command::new(&exe)
-            .args(["--table", &lease_table, "--messages-table", &messages_table])
-            .args(["--index-name", &config.index_name, "--key-prefix", &config.key_prefix])
-            .args(["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()])
-            .args(["--skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()])
-            .args(["worker", "--worker-id", &name, "--queue-url", &queue_url, "--metrics-interval-ms", "5000"])
-            .args(["--orphan-interval-ms", &d.orphan_interval_ms.to_string()])
-            .args(["--desired-state-interval-ms", &d.desired_state_interval_ms.to_string()])
-            .env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| "info".into()))
+        let child = launch
+            .command(language, &name)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(other)?)
             .stderr(log)
             .spawn()
-            .map_err(other)?;
+            .map_err(|e| other(format!("starting the {} worker {name}: {e}", language.as_str())))?;
         say(t0, format!("started worker {name} (pid {})", child.id()));
         fleet.children.push((name, child));
+        fleet.languages.push(language);
     }
     say(t0, format!("worker logs in {}", logs.display()));
+    // Streams STARTed before a worker runs would all go to the quicker starters.
+    wait_running(&mut fleet, &logs, Duration::from_secs(60)).await?;
+    say(t0, "every worker is running");
 
     let ids: Vec<String> = (0..d.connections).map(|i| format!("stream-{i:02}")).collect();
+    // One hint per START, each sent as its stream starts: a batch of ten would go to whichever
+    // worker's long poll answers first, and a worker that claims nothing at the start has
+    // nothing to lose when a failure is aimed at it.
     for id in &ids {
         table.start(id, &format!("ws://{feed_addr}/{id}")).await?;
-    }
-    for chunk in ids.chunks(10) {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .map(|(n, id)| {
-                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                    .id(n.to_string())
-                    .message_body(Hint::new(id).to_json())
-                    .build()
-                    .map_err(other)
-            })
-            .collect::<CliResult<Vec<_>>>()?;
-        sqs.send_message_batch()
+        sqs.send_message()
             .queue_url(&queue_url)
-            .set_entries(Some(entries))
+            .message_body(Hint::new(id).to_json())
             .send()
             .await
             .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
     }
     say(t0, format!("STARTed {} streams (with SQS hints)", ids.len()));
     let n = ids.len();
-    wait_until(&table, n, Duration::from_secs(60), t0, "every stream owned", |items, now| {
+    let owned = wait_until(&table, n, Duration::from_secs(60), t0, "every stream owned", |items, now| {
         items.iter().filter(|i| i.holder_at(now).is_some()).count() == n
-    })
-    .await?;
+    });
+    tokio::select! {
+        owned = owned => owned?,
+        early = watch_exits(&mut fleet, &logs) => early?,
+    }
     for _ in 0..d.settle_secs {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let items = table.items().await?;
@@ -370,23 +580,36 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         workers: d.workers,
         lease_ms: config.lease_ms(),
         clock_skew_ms: config.skew_ms(),
+        languages: fleet.languages.iter().fold(Vec::new(), |mut seen, l| {
+            if !seen.contains(l) {
+                seen.push(*l);
+            }
+            seen
+        }),
         ..Report::default()
     };
 
     // Each phase picks, among the workers not yet used, the one holding the most streams.
     let mut candidates: Vec<usize> = (0..fleet.children.len()).collect();
+    let mut victims = d.victims.iter().copied();
+    fleet.exited_early(&logs, &candidates)?;
 
     // 1. Crash: SIGKILL, no release; the leases must expire and be claimed by others.
-    let (victim_i, victim, victim_ids) = busiest(&table, &fleet, &mut candidates).await?;
+    let (victim_i, victim, victim_ids) = busiest(&table, &fleet, &mut candidates, victims.next()).await?;
+    report.killed = Some(fleet.languages[victim_i]);
     say(t0, format!("kill -9 {victim} (holding {} streams)", victim_ids.len()));
     fleet.signal(victim_i, libc::SIGKILL)?;
     let crash = wait_recovered(&table, &victim_ids, &victim, recovery_limit, t0).await?;
     report.crash_failover_max_ms = crash.values().map(|(ms, _)| *ms).max().unwrap_or(0);
     say(t0, format!("crash failover: max {} ms over {} streams", report.crash_failover_max_ms, crash.len()));
 
+    let mut frozen_i = None;
     // 2. Optionally a zombie: frozen past its deadline, its streams taken over, then thawed.
     if d.zombie {
-        let (zombie_i, zombie, zombie_ids) = busiest(&table, &fleet, &mut candidates).await?;
+        fleet.exited_early(&logs, &candidates)?;
+        let (zombie_i, zombie, zombie_ids) = busiest(&table, &fleet, &mut candidates, victims.next()).await?;
+        report.frozen = Some(fleet.languages[zombie_i]);
+        frozen_i = Some(zombie_i);
         say(t0, format!("SIGSTOP {zombie} (holding {} streams)", zombie_ids.len()));
         fleet.signal(zombie_i, libc::SIGSTOP)?;
         let taken = wait_recovered(&table, &zombie_ids, &zombie, recovery_limit, t0).await?;
@@ -400,13 +623,12 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         // Give the thawed process time to try: a renewal, a checkpoint, a message write.
         tokio::time::sleep(config.renew_interval).await;
         let mut accepted = 0;
+        let rows = messages_by_stream(table.client(), &messages_table).await?;
         for id in &zombie_ids {
             let taken_at = taken[id].1;
-            accepted += messages_of(table.client(), &messages_table, id)
-                .await?
-                .iter()
-                .filter(|(_, _, w, at)| *w == zombie && *at > taken_at)
-                .count() as u64;
+            accepted +=
+                rows.get(id).into_iter().flatten().filter(|(_, _, w, at)| *w == zombie && *at > taken_at).count()
+                    as u64;
         }
         report.zombie_writes_accepted = Some(accepted);
         say(t0, format!("writes by the thawed worker after takeover that landed: {accepted}"));
@@ -414,7 +636,11 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     // 3. Graceful: SIGTERM; the leases are released and claimed at once, and the process exits
     // (timed while the hand-over is watched, so a slow table read does not count as a slow exit).
-    let (leaving_i, leaving, leaving_ids) = busiest(&table, &fleet, &mut candidates).await?;
+    // The thawed worker runs on too (holding nothing it lost): it must not have died either.
+    let alive: Vec<usize> = candidates.iter().copied().chain(frozen_i).collect();
+    fleet.exited_early(&logs, &alive)?;
+    let (leaving_i, leaving, leaving_ids) = busiest(&table, &fleet, &mut candidates, victims.next()).await?;
+    report.terminated = Some(fleet.languages[leaving_i]);
     say(t0, format!("SIGTERM {leaving} (holding {} streams)", leaving_ids.len()));
     fleet.signal(leaving_i, libc::SIGTERM)?;
     let signalled = Instant::now();
@@ -449,18 +675,31 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
         items.iter().all(|i| i.holder_at(now).is_none() && i.desired_state == Some(DesiredState::Stopped))
     })
     .await?;
-    for i in 0..fleet.children.len() {
-        if fleet.children[i].1.try_wait().map_err(other)?.is_none() {
-            fleet.signal(i, libc::SIGTERM)?;
-            fleet.wait_exit(i, Duration::from_secs(30)).await?;
+    // Every worker but the killed one ends by SIGTERM, with exit status 0.
+    let mut unclean = Vec::new();
+    if !status.success() {
+        unclean.push(format!("{leaving} exited with {status} after SIGTERM"));
+    }
+    for i in (0..fleet.children.len()).filter(|&i| i != victim_i && i != leaving_i) {
+        let name = fleet.children[i].0.clone();
+        if let Some(status) = fleet.children[i].1.try_wait().map_err(other)? {
+            unclean.push(format!("{name} exited on its own with {status}"));
+            continue;
+        }
+        fleet.signal(i, libc::SIGTERM)?;
+        let status = fleet.wait_exit(i, Duration::from_secs(30)).await?;
+        if !status.success() {
+            unclean.push(format!("{name} exited with {status} after SIGTERM"));
         }
     }
+    report.unclean_exits = unclean.len() as u64;
     feed_stop.cancel();
     let _ = feed_task.await;
 
     // 5. Every stream's messages must be contiguous from 1.
+    let messages = messages_by_stream(table.client(), &messages_table).await?;
     for id in &ids {
-        let rows = messages_of(table.client(), &messages_table, id).await?;
+        let rows = messages.get(id).map(Vec::as_slice).unwrap_or_default();
         let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
         report.gaps += max - rows.len() as u64;
         report.duplicates += rows.iter().map(|r| r.1.saturating_sub(1)).sum::<u64>();
@@ -488,6 +727,7 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
     if report.graceful_handover_max_ms > 2_000 {
         failures.push(format!("graceful hand-over {} ms > 2000 ms", report.graceful_handover_max_ms));
     }
+    failures.extend(unclean);
     if report.zombie_writes_accepted.unwrap_or(0) > 0 {
         failures.push("a frozen worker wrote after losing its lease".into());
     }
@@ -516,6 +756,32 @@ mod tests {
 
     fn held(id: &str, owner: &str, expires_at_ms: u64) -> LeaseItem {
         LeaseItem { id: id.into(), owner: Some(owner.into()), expires_at_ms: Some(expires_at_ms), ..Default::default() }
+    }
+
+    fn demo_args(cli: &[&str]) -> DemoArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            demo: DemoArgs,
+        }
+        let argv = std::iter::once("demo").chain(cli.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).expect("demo arguments parse").demo
+    }
+
+    #[test]
+    fn workers_cycle_through_the_languages_and_victims_must_exist() {
+        use Language::*;
+        assert_eq!(demo_args(&[]).fleet_languages(), [Rust, Python, Node]);
+        assert_eq!(demo_args(&["--workers", "5"]).fleet_languages(), [Rust, Python, Node, Rust, Python]);
+        assert_eq!(demo_args(&["--languages", "node", "--workers", "3"]).fleet_languages(), [Node, Node, Node]);
+        assert!(demo_args(&["--zombie", "--victims", "node,rust,python"]).check_victims().is_ok());
+        // Without --zombie there are two failures: a third victim has no phase.
+        assert!(demo_args(&["--victims", "node,rust,python"]).check_victims().is_err());
+        // One Python worker cannot be hit twice.
+        assert!(demo_args(&["--zombie", "--victims", "python,python"]).check_victims().is_err());
+        assert!(demo_args(&["--workers", "4", "--zombie", "--victims", "rust,rust"]).check_victims().is_ok());
+        let json = serde_json::to_string(&[Rust, Python, Node]).unwrap();
+        assert_eq!(json, r#"["rust","python","node"]"#);
     }
 
     #[test]
