@@ -40,6 +40,8 @@ table = leaselock.LeaseTable(
     renew_ms=int(env("LEASELOCK_RENEW_MS", "5000")),
     clock_skew_ms=int(env("LEASELOCK_CLOCK_SKEW_MS", "1000")),
     key_prefix=env("LEASELOCK_KEY_PREFIX", ""),
+    # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
+    mode="session" if env("LEASELOCK_MODE", "per-item") == "session" else "item",
 )
 MESSAGES = env("LEASELOCK_MESSAGES_TABLE", "leaselock-messages")
 worker = leaselock.Worker(

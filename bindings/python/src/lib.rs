@@ -6,6 +6,7 @@ mod election;
 mod errors;
 mod fenced;
 mod lease;
+mod session;
 mod table;
 mod worker;
 
@@ -104,6 +105,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<table::PyLeaseTable>()?;
     m.add_class::<lease::PyLease>()?;
     m.add_class::<lease::PyLeaseItem>()?;
+    m.add_class::<session::PySession>()?;
+    m.add_class::<session::PySessionItem>()?;
     m.add_class::<worker::PyWorker>()?;
     m.add_class::<worker::PyConnection>()?;
     m.add_class::<worker::PyWorkerSnapshot>()?;
