@@ -166,7 +166,12 @@ impl PyLeaseTable {
     }
 
     #[pyo3(signature = (owner, *, previous_epoch=None))]
-    fn create_session(&self, py: Python<'_>, owner: String, previous_epoch: Option<u64>) -> PyResult<session::PySession> {
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        owner: String,
+        previous_epoch: Option<u64>,
+    ) -> PyResult<session::PySession> {
         let store = self.session_store(py)?;
         wait(py, session::create(store, owner, previous_epoch))
     }
