@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Runs examples/python_worker.py against the local feed and engine: two workers one after the
 # other (the second resumes after the first's last checkpoint), then checks every stream's
-# messages are contiguous from 1 with no duplicate delivery. Needs the engine (with-services.sh)
-# and a built CLI (target/debug/leaselock).
+# messages are contiguous from 1 with no duplicate delivery. Once per lease mode (per-item, then
+# session: LEASELOCK_MODE, as for `leaselock worker`). Needs the engine (with-services.sh) and a
+# built CLI (target/debug/leaselock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 L=target/debug/leaselock
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+example() {
+export LEASELOCK_MODE=$1
 run=$RANDOM$RANDOM
 export LEASELOCK_TABLE=pyex-$run LEASELOCK_MESSAGES_TABLE=pyex-msgs-$run LEASELOCK_LEASE_MS=3000
 export LEASELOCK_RENEW_MS=1000 LEASELOCK_CLOCK_SKEW_MS=500 LEASELOCK_ORPHAN_INTERVAL_MS=300
 port=$((20000 + RANDOM % 20000))
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 $L table create >/dev/null
 $L upstream --listen "127.0.0.1:$port" --rate 20 >/dev/null 2>&1 &
 pids+=($!)
@@ -44,7 +48,8 @@ work 40
 import os, boto3
 import leaselock
 c = boto3.client("dynamodb")
-t = leaselock.LeaseTable(os.environ["LEASELOCK_TABLE"])
+session = os.environ["LEASELOCK_MODE"] == "session"
+t = leaselock.LeaseTable(os.environ["LEASELOCK_TABLE"], mode="session" if session else "item")
 rows = c.scan(TableName=os.environ["LEASELOCK_MESSAGES_TABLE"])["Items"]
 for s in ("s1", "s2", "s3"):
     item = t.get(s)
@@ -52,7 +57,20 @@ for s in ("s1", "s2", "s3"):
     seqs = [g[0] for g in got]
     assert seqs == list(range(1, len(seqs) + 1)), (s, seqs)
     assert all(g[1] == 1 for g in got), (s, "duplicate delivery")
-    assert item.fence == 2 and item.expires_at_ms == 0 and item.last_seq == seqs[-1], item
+    # Released: per item (expiry 0), or in session mode by the end of the worker's session.
+    assert item.fence == 2 and item.last_seq == seqs[-1], item
+    assert item.expires_at_ms == (32_503_680_000_000 if session else 0), item
     assert {g[2] for g in got} == {1, 2}, "both workers wrote"
-    print(f"python_worker: {s}: {len(seqs)} messages, contiguous, no duplicates, fences 1 and 2, released")
+    print(f"python_worker ({os.environ['LEASELOCK_MODE']}): {s}: {len(seqs)} messages, contiguous, no duplicates, fences 1 and 2, released")
+if session:
+    ended = t.sessions()
+    # The first worker's session may be retired already (dead, nothing left under it).
+    assert ended and all(s.expires_at_ms == 0 for s in ended), ended
+    print("python_worker (session): every session ended")
 PY
+kill "${pids[0]}"
+pids=()
+}
+
+example per-item
+example session

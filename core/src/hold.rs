@@ -63,7 +63,7 @@ impl Shared {
     }
 
     fn update(&self, lease: &Lease) {
-        self.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
+        self.deadline_mono_ms.fetch_max(lease.deadline_mono_ms, Ordering::SeqCst);
         *self.current.lock().expect("lease poisoned") = lease.clone();
     }
 
@@ -118,10 +118,23 @@ impl Hold {
         self.shared.reason.get().copied()
     }
 
+    /// Session mode: a lease claimed under a session acts until the session's deadline, which
+    /// every session renewal moves later; this moves the lease's with it (never earlier).
+    pub fn cover(&self, deadline_mono_ms: u64) {
+        self.shared.deadline_mono_ms.fetch_max(deadline_mono_ms, Ordering::SeqCst);
+    }
+
+    /// Fires the token without writing anything: the holder must stop acting (session mode: the
+    /// session this lease was held under was lost or ended). Every later call is refused
+    /// locally as `Lost`, except a release after `Released`.
+    pub fn cancel(&self, reason: CancelReason) {
+        self.shared.cancel(reason);
+    }
+
     /// Extends the lease now (the background schedule, if any, carries on from it).
     pub async fn renew(&self) -> Result<()> {
         self.ensure_may_act()?;
-        let mut lease = self.shared.lease.lock().await;
+        let mut lease = self.lock_covered().await;
         let result = self.shared.store.renew(&mut lease).await;
         if result.is_ok() {
             self.shared.update(&lease);
@@ -132,7 +145,7 @@ impl Hold {
     /// Records `seq` as processed, under the lease and only forward.
     pub async fn checkpoint(&self, seq: u64) -> Result<()> {
         self.ensure_may_act()?;
-        let mut lease = self.shared.lease.lock().await;
+        let mut lease = self.lock_covered().await;
         let result = self.shared.store.checkpoint(&mut lease, seq).await;
         if result.is_ok() {
             self.shared.update(&lease);
@@ -153,6 +166,13 @@ impl Hold {
         }
         let lease = self.shared.lease.lock().await;
         self.shared.store.release(&lease).await
+    }
+
+    /// The lease, its deadline moved to the latest [`Hold::cover`].
+    async fn lock_covered(&self) -> tokio::sync::MutexGuard<'_, Lease> {
+        let mut lease = self.shared.lease.lock().await;
+        lease.deadline_mono_ms = lease.deadline_mono_ms.max(self.deadline_mono_ms());
+        lease
     }
 
     /// Refuses to act once the lease is lost, past its deadline or given up.

@@ -8,6 +8,10 @@ Process CPU (user + system: time.process_time() here, getrusage in the Rust bina
 time. Merges the figures into bench/results/latest.json.
 
 usage: cpu.py RUST_BENCH_BINARY [OPS]
+
+With LEASELOCK_BENCH_BASELINE=DIR (a directory holding another build of the ``leaselock``
+package), that build's figures are measured in the same run, against the same endpoint, and
+printed beside this build's (not written).
 """
 
 from __future__ import annotations
@@ -111,8 +115,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def baseline_figures(path: str, ops: int) -> Dict[str, float]:
+    """The leaselock figures of the build in ``path``, measured in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, __file__, "--leaselock-only", str(ops)], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
 def main() -> None:
+    if sys.argv[1] == "--leaselock-only":
+        print(json.dumps(leaselock_figures(int(sys.argv[2]))))
+        return
     rust_bench, ops = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3_000
+    baseline = os.environ.get("LEASELOCK_BENCH_BASELINE")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("keepalive_server.py")), str(port)],
@@ -129,6 +144,7 @@ def main() -> None:
             AWS_SECRET_ACCESS_KEY="bench",
             AWS_EC2_METADATA_DISABLED="true",
         )
+        before = baseline_figures(baseline, ops) if baseline else {}
         rust = json.loads(subprocess.run([rust_bench, str(ops)], check=True, capture_output=True, text=True).stdout)
         figures = {**leaselock_figures(ops), **rust, **boto3_figures(max(ops // 3, 300))}
     finally:
@@ -150,6 +166,10 @@ def main() -> None:
         for key in ("python", "python_async"):
             us = figures[f"{key}_cpu_us_per_{op}"]
             print(f"{key} {op}: {us / rust_us:.2f}x Rust, {boto_us / us:.1f}x less than boto3")
+    if before:
+        print(f"baseline build ({baseline}), same run:")
+        for key, us in sorted(before.items()):
+            print(f"  {key}: {us:.1f} before, {figures[key]} now")
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use leaselock::{Hold, LeaseItem, SystemClock};
+use leaselock::{Clock, Hold, LeaseItem, SystemClock};
 use pyo3::prelude::*;
 
+use crate::session::SessionShared;
 use crate::{awaitable, errors, repr_opt, seconds_left, wait};
 
 /// One stored lease item, as read.
@@ -56,11 +57,32 @@ impl PyLeaseItem {
 #[pyclass(module = "leaselock._native", name = "Lease", frozen)]
 pub struct PyLease {
     hold: Arc<Hold>,
+    /// Session mode: the session it was claimed under (its renewal is the session's).
+    session: Option<Arc<SessionShared>>,
 }
 
 impl From<Hold> for PyLease {
     fn from(hold: Hold) -> Self {
-        Self { hold: Arc::new(hold) }
+        Self { hold: Arc::new(hold), session: None }
+    }
+}
+
+impl PyLease {
+    pub(crate) fn under_session(hold: Arc<Hold>, session: Arc<SessionShared>) -> Self {
+        Self { hold, session: Some(session) }
+    }
+
+    /// Renews the lease, or under a session the session (which moves every lease held under it).
+    async fn renew_now(hold: Arc<Hold>, session: Option<Arc<SessionShared>>) -> leaselock::Result<()> {
+        match session {
+            Some(session) => {
+                if hold.cancel_reason().is_some() || hold.deadline_mono_ms() <= SystemClock.monotonic_ms() {
+                    return Err(leaselock::Error::Lost { id: hold.current().id });
+                }
+                session.renew().await
+            }
+            None => hold.renew().await,
+        }
     }
 }
 
@@ -102,7 +124,6 @@ impl PyLease {
     /// Seconds left before the local deadline (negative once it has passed).
     #[getter]
     fn deadline(&self) -> f64 {
-        use leaselock::Clock;
         seconds_left(self.hold.deadline_mono_ms(), SystemClock.monotonic_ms())
     }
     #[getter]
@@ -114,8 +135,14 @@ impl PyLease {
         self.hold.cancel_reason().map(|r| r.as_str())
     }
 
+    /// Whether the lease is held under a session (session mode).
+    #[getter]
+    fn in_session(&self) -> bool {
+        self.session.is_some()
+    }
+
     fn renew(&self, py: Python<'_>) -> PyResult<()> {
-        wait(py, self.hold.renew())
+        wait(py, Self::renew_now(self.hold.clone(), self.session.clone()))
     }
     fn checkpoint(&self, py: Python<'_>, seq: i128) -> PyResult<()> {
         let seq = seq_arg(py, seq)?;
@@ -126,8 +153,7 @@ impl PyLease {
     }
 
     fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let hold = self.hold.clone();
-        awaitable(py, async move { hold.renew().await })
+        awaitable(py, Self::renew_now(self.hold.clone(), self.session.clone()))
     }
     fn checkpoint_async<'py>(&self, py: Python<'py>, seq: i128) -> PyResult<Bound<'py, PyAny>> {
         let seq = seq_arg(py, seq)?;

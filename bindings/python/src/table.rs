@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leaselock::lease::claim_cutoff;
-use leaselock::{Attributes, Hold, LeaseStore, LeaseTable, TableConfig};
+use leaselock::{Attributes, Hold, LeaseMode, LeaseStore, LeaseTable, TableConfig};
 use pyo3::prelude::*;
 
 use crate::errors::{invalid, to_py};
 use crate::lease::{PyLease, PyLeaseItem};
+use crate::session::{self, PySessionItem};
 use crate::{awaitable, detached, wait};
 
 /// Lease operations on one DynamoDB table.
@@ -73,6 +74,19 @@ impl PyLeaseTable {
     fn store(&self) -> Arc<dyn LeaseStore> {
         self.table.clone()
     }
+
+    /// The store for a session operation: refused on a per-item table, whose workers would take
+    /// a connection held under a session for one held forever.
+    fn session_store(&self, py: Python<'_>) -> PyResult<Arc<dyn LeaseStore>> {
+        if self.table.config().mode != LeaseMode::Session {
+            return Err(invalid(py, "mode", "sessions need a table opened with mode=\"session\""));
+        }
+        Ok(self.store())
+    }
+}
+
+fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
+    v.into_iter().map(Into::into).collect()
 }
 
 #[pymethods]
@@ -94,10 +108,13 @@ impl PyLeaseTable {
         attributes: Option<HashMap<String, String>>,
         mode: &str,
     ) -> PyResult<Self> {
-        if mode != "item" {
-            return Err(invalid(py, "mode", &format!("mode {mode:?}: only \"item\" is supported")));
-        }
+        let mode = match mode {
+            "item" => LeaseMode::PerItem,
+            "session" => LeaseMode::Session,
+            other => return Err(invalid(py, "mode", &format!("mode {other:?}: \"item\" or \"session\""))),
+        };
         let mut config = TableConfig::new(table_name)
+            .mode(mode)
             .lease_duration(ms(py, "lease_ms", lease_ms)?)
             .renew_interval(ms(py, "renew_ms", renew_ms)?)
             .clock_skew(ms(py, "clock_skew_ms", clock_skew_ms)?)
@@ -138,6 +155,43 @@ impl PyLeaseTable {
     #[getter]
     fn key_prefix(&self) -> String {
         self.table.config().key_prefix.clone()
+    }
+    /// `"item"` or `"session"`.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.table.config().mode {
+            LeaseMode::PerItem => "item",
+            LeaseMode::Session => "session",
+        }
+    }
+
+    #[pyo3(signature = (owner, *, previous_epoch=None))]
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        owner: String,
+        previous_epoch: Option<u64>,
+    ) -> PyResult<session::PySession> {
+        let store = self.session_store(py)?;
+        wait(py, session::create(store, owner, previous_epoch))
+    }
+    fn sessions(&self, py: Python<'_>) -> PyResult<Vec<PySessionItem>> {
+        let store = self.session_store(py)?;
+        wait(py, async move { store.sessions(u64::MAX).await.map(session_items) })
+    }
+    #[pyo3(signature = (owner, *, previous_epoch=None))]
+    fn create_session_async<'py>(
+        &self,
+        py: Python<'py>,
+        owner: String,
+        previous_epoch: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.session_store(py)?;
+        awaitable(py, session::create(store, owner, previous_epoch))
+    }
+    fn sessions_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.session_store(py)?;
+        awaitable(py, async move { store.sessions(u64::MAX).await.map(session_items) })
     }
 
     fn create_table(&self, py: Python<'_>) -> PyResult<()> {

@@ -22,14 +22,14 @@ def python_examples(heading: str = "Python") -> List[str]:
 
 
 def test_the_readme_has_the_examples() -> None:
-    assert len(python_examples()) == 3
+    assert len(python_examples()) == 4
 
 
 def test_readme_examples_run() -> None:
     # A table of this run's own: the examples name "leases".
     name = unique("py-readme")
     ns: Dict[str, Any] = {"__name__": "__readme__"}
-    sync, aio, worker = (code.replace('"leases"', repr(name)) for code in python_examples())
+    sync, aio, worker, session = (code.replace('"leases"', repr(name)) for code in python_examples())
     exec(compile(sync, "README.md (sync)", "exec"), ns)
     exec(compile(aio, "README.md (asyncio)", "exec"), ns)
 
@@ -47,6 +47,11 @@ def test_readme_examples_run() -> None:
     assert ns["last"].released == 2
     table = ns["leaselock"].LeaseTable(name)
     assert all(table.get(id).expires_at_ms == 0 for id in ("stream-1", "stream-2"))
+
+    exec(compile(session, "README.md (session)", "exec"), ns)
+    stable = ns["leaselock"].LeaseTable(name, mode="session")
+    assert [(s.owner, s.expires_at_ms) for s in stable.sessions()] == [("worker-a", 0)]
+    assert table.get("stream-3").owner == "worker-a" and table.get("stream-3").last_seq == 1
 
 
 def test_readme_election_example_runs(capsys: Any) -> None:

@@ -11,6 +11,7 @@ True
 from .errors import *  # noqa: F403  (the exception tree, listed in errors.__all__)
 from .election import Candidate, Lead, LeaderElector, Outcome, RedisElection, Term
 from .lease import AsyncLease, Lease, LeaseItem
+from .session import AsyncSession, Session, SessionItem
 from .table import AsyncHold, AsyncLeaseTable, Hold, LeaseTable
 from .worker import Connection, Worker, WorkerSnapshot
 
@@ -19,6 +20,7 @@ __all__ = [
     "AsyncHold",
     "AsyncLease",
     "AsyncLeaseTable",
+    "AsyncSession",
     "Candidate",
     "Connection",
     "Hold",
@@ -36,6 +38,8 @@ __all__ = [
     "Outcome",
     "RedisElection",
     "SeqNotIncreasing",
+    "Session",
+    "SessionItem",
     "StoreError",
     "TableNotFound",
     "Term",

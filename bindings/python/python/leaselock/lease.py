@@ -79,6 +79,12 @@ class _LeaseView:
         """``"Deadline"``, ``"Lost"``, ``"Stopped"`` or ``"Released"`` once cancelled."""
         return self._native.cancel_reason
 
+    @property
+    def in_session(self) -> bool:
+        """True for a lease claimed under a session: its deadline is the session's, and
+        ``renew`` renews the session."""
+        return self._native.in_session
+
     def __repr__(self) -> str:
         return repr(self._native)
 

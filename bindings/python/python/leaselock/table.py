@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Type
 from . import _native
 from .errors import LeaseLost, LeaseStopped
 from .lease import AsyncLease, Lease, LeaseItem
+from .session import AsyncSession, Session, SessionItem
 
 __all__ = ["AsyncHold", "AsyncLeaseTable", "Hold", "LeaseTable"]
 
@@ -40,8 +41,10 @@ class _Table:
 
         ``attributes`` renames stored attributes (keys ``id, desired_state, url, owner,
         expires_at_ms, last_seq, fence, ttl``); the defaults are the AWS reference schema.
-        ``mode`` is ``"item"`` (one lease item per id), the only mode available. Bad settings
-        raise :class:`InvalidInput` naming the field.
+        ``mode`` is ``"item"`` (every held item renewed on its own) or ``"session"`` (one session
+        item per worker renewed for everything it holds: :meth:`create_session`, and a
+        :class:`Worker` over the table runs in session mode); every process of a table must use
+        the same mode. Bad settings raise :class:`InvalidInput` naming the field.
         """
         self._native = _native.LeaseTable(
             table_name,
@@ -75,6 +78,11 @@ class _Table:
         """The largest wall-clock difference tolerated between workers."""
         return self._native.clock_skew_ms
 
+    @property
+    def mode(self) -> str:
+        """``"item"`` or ``"session"``."""
+        return self._native.mode
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_name!r})"
 
@@ -105,7 +113,9 @@ class LeaseTable(_Table):
         """``with table.hold(id, owner) as lease:`` claims, renews in the background on the
         lease's schedule and releases on exit. At the deadline, on a lost lease or on STOP the
         lease is cancelled: the next lease call in the block raises :class:`LeaseLost` and
-        ``lease.cancelled`` is true."""
+        ``lease.cancelled`` is true. On a ``mode="session"`` table too the scope holds a lease
+        renewed on its own (session-mode workers leave it alone until it is released or expires);
+        a session is for the many leases of one worker (:meth:`create_session`)."""
         return Hold(self, id, owner)
 
     def get(self, id: str) -> Optional[LeaseItem]:
@@ -123,6 +133,16 @@ class LeaseTable(_Table):
     def owned_by(self, owner: str) -> List[LeaseItem]:
         """Items whose lease ``owner`` holds now."""
         return self._native.owned_by(owner)
+
+    def create_session(self, owner: str, *, previous_epoch: Optional[int] = None) -> Session:
+        """Opens a new epoch of ``owner``'s session (``mode="session"`` only). :class:`LeaseHeld`
+        while a session of ``owner`` lives, unless it is ``previous_epoch``, the one this process
+        held and stopped acting for."""
+        return Session(self._native.create_session(owner, previous_epoch=previous_epoch))
+
+    def sessions(self) -> List[SessionItem]:
+        """Every session item, live or dead, oldest expiry first (``mode="session"`` only)."""
+        return self._native.sessions()
 
 
 class AsyncLeaseTable(_Table):
@@ -168,6 +188,15 @@ class AsyncLeaseTable(_Table):
     async def owned_by(self, owner: str) -> List[LeaseItem]:
         """Items whose lease ``owner`` holds now."""
         return await self._native.owned_by_async(owner)
+
+    async def create_session(self, owner: str, *, previous_epoch: Optional[int] = None) -> AsyncSession:
+        """Opens a new epoch of ``owner``'s session (``mode="session"`` only); see
+        :meth:`LeaseTable.create_session`."""
+        return AsyncSession(await self._native.create_session_async(owner, previous_epoch=previous_epoch))
+
+    async def sessions(self) -> List[SessionItem]:
+        """Every session item, live or dead, oldest expiry first (``mode="session"`` only)."""
+        return await self._native.sessions_async()
 
 
 class Hold:
