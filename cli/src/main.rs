@@ -2,6 +2,7 @@
 //! the local demo.
 
 mod demo;
+mod failover;
 mod leader;
 mod ops;
 mod refworker;
@@ -111,6 +112,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run a command only on the elected process (exit 75 when skipped).
     RunIfLeader(leader::RunIfLeaderArgs),
+    /// Failover distributions over forced failures of worker processes (make bench).
+    #[command(hide = true)]
+    BenchFailover(failover::FailoverArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,7 +169,11 @@ fn main() -> ExitCode {
     // Without LEASELOCK_LOG: the long-running commands log our warnings; an operator command's
     // outcome is the one line it prints, so the retries behind it are not shown.
     let level = match cli.command {
-        Command::Worker(_) | Command::Upstream(_) | Command::Demo(_) | Command::RunIfLeader(_) => "warn",
+        Command::Worker(_)
+        | Command::Upstream(_)
+        | Command::Demo(_)
+        | Command::RunIfLeader(_)
+        | Command::BenchFailover(_) => "warn",
         Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
             "error"
         }
@@ -201,6 +209,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,
         Command::RunIfLeader(r) => leader::run(&args, r).await,
+        Command::BenchFailover(f) => failover::run(&args, f).await,
     }
 }
 
