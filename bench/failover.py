@@ -55,9 +55,9 @@ def main() -> None:
         "sigterm_exit_ms_max": max(graceful.get("exit_ms") or [0]),
         "failover_setup": {
             "crash": {key: crash[key] for key in ("failures", "connections", "workers", "lease_ms", "renew_ms", "clock_skew_ms", "orphan_interval_ms")}
-            | {"samples": len(crash["samples_ms"]), "scaled_to_lease_ms": DEFAULT_LEASE_MS},
+            | {"samples": len(crash["samples_ms"]), "scaled_to_lease_ms": DEFAULT_LEASE_MS, "load_average": crash.get("load_average")},
             "graceful": {key: graceful[key] for key in ("failures", "connections", "workers", "lease_ms", "renew_ms", "clock_skew_ms", "orphan_interval_ms")}
-            | {"samples": len(hand)},
+            | {"samples": len(hand), "load_average": graceful.get("load_average")},
             "method": "real worker processes (leaselock worker) killed with SIGKILL / stopped with SIGTERM, the busiest "
             "first, one replacement started after each; per stream the victim held: signal to another worker's claim "
             "(the claim's own expiry minus the lease). Crash: every timing knob / k, figures x k "

@@ -206,7 +206,8 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
           "the claim, i.e. a sum of those knobs plus latencies, so the figure at the 20 s lease is "
           f"`measured x k` (k = 20,000 ms / {crash_setup.get('lease_ms')} ms). The scaling multiplies the request "
           "and process latencies by k as well, so it errs high. Measured unscaled: "
-          f"p50 {fmt(g('crash_failover_measured_ms_p50'))} ms, max {fmt(g('crash_failover_measured_ms_max'))} ms.")
+          f"p50 {fmt(g('crash_failover_measured_ms_p50'))} ms, max {fmt(g('crash_failover_measured_ms_max'))} ms. "
+          f"Machine load average (1 min) at the first and last round: {crash_setup.get('load_average')}.")
         w(f"- Scaled to the 20 s lease: p50 {fmt(g('crash_failover_ms_p50'))} ms, p99 {fmt(g('crash_failover_ms_p99'))} ms, "
           f"max {fmt(g('crash_failover_ms_max'))} ms. Expected window at the defaults: from lease - renew + skew = 16 s "
           "(crash just before a renewal) to lease + skew + orphan interval = 23 s plus the claim. The AWS "
@@ -321,6 +322,48 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+README = BENCH.parent / "README.md"
+README_START = "<!-- headline figures: written by bench/report.py from bench/results/latest.json -->"
+README_END = "<!-- end of headline figures -->"
+
+
+def readme_table(r: Dict[str, Any]) -> str:
+    """The README's headline figures beside the AWS post's (between the two markers)."""
+    g = r.get
+    k = g("crash_failover_scale")
+    rows = [
+        "| | AWS reference design (its post) | leaselock, `make bench` |",
+        "|---|---|---|",
+        f"| crash failover, 20 s lease, worst | ~{AWS_CRASH_WORST_S} s | {fmt(g('crash_failover_ms_max', 0) / 1000, 1)} s (p50 {fmt(g('crash_failover_ms_p50', 0) / 1000, 1)} s; measured at a shorter lease, scaled x{fmt(k)}) |",
+        f"| graceful hand-over, worst | | {fmt(g('graceful_handover_ms_max'))} ms (p50 {fmt(g('graceful_handover_ms_p50'))} ms) |",
+        f"| writes per connection-hour | {AWS_WRITES_PER_CONNECTION_HOUR} | {fmt(g('writes_per_connection_hour'), 0)} per-item; {fmt(g('session_writes_per_connection_hour'), 1)} session mode |",
+        f"| write units per connection-hour (index included) | ~{AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL:,} | {fmt(g('write_units_per_connection_hour'), 0)} per-item; {fmt(g('session_write_units_per_connection_hour'), 1)} session mode |",
+        f"| orphan query read units per worker-hour | | {fmt(g('orphan_query_read_units_per_hour'), 0)} (every 2 s) |",
+        f"| client CPU per renew, us | | Rust {fmt(g('rust_cpu_us_per_renew'))}, Python {fmt(g('python_cpu_us_per_renew'))} (boto3 {fmt(g('boto3_cpu_us_per_renew'))}), Node {fmt(g('node_cpu_us_per_renew'))} (JS SDK {fmt(g('jssdk_cpu_us_per_renew'))}) |",
+        f"| election `run_if_leader`, ops/s | | {fmt(g('election_dynamodb_ops_per_s'))} DynamoDB API, {fmt(g('election_redis_ops_per_s'))} Redis (seed: {SEED_DYNAMODB_OPS} / {SEED_REDIS_OPS:,}) |",
+    ]
+    return "\n".join(
+        [
+            README_START,
+            "",
+            "\n".join(rows),
+            "",
+            "One run of `make bench` on a shared, loaded 2-core machine against the local engine (moto);",
+            "the method, each figure's anchor and the plots are in [bench/REPORT.md](bench/REPORT.md).",
+            README_END,
+        ]
+    )
+
+
+def update_readme(r: Dict[str, Any]) -> None:
+    text = README.read_text()
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    README.write_text(head + readme_table(r) + tail)
+
+
 def main() -> None:
     results = json.loads(RESULTS.read_text())
     failover = json.loads(FAILOVER.read_text()) if FAILOVER.exists() else None
@@ -329,7 +372,8 @@ def main() -> None:
     plot_cpu(results)
     plot_writes(results)
     (BENCH / "REPORT.md").write_text(report(results, failover))
-    print(f"wrote {BENCH / 'REPORT.md'} and its plots")
+    update_readme(results)
+    print(f"wrote {BENCH / 'REPORT.md'}, its plots and the README's headline figures")
 
 
 if __name__ == "__main__":

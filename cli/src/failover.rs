@@ -73,6 +73,15 @@ struct Report {
     /// Graceful: from SIGTERM to the process's exit, ms.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     exit_ms: Vec<u64>,
+    /// The machine's 1-minute load average at the first and the last round (it is shared).
+    load_average: Vec<f64>,
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 struct Workers {
@@ -260,6 +269,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         samples_ms: Vec::new(),
         per_failure_max_ms: Vec::new(),
         exit_ms: Vec::new(),
+        load_average: vec![load_average()],
     };
     for round in 0..f.failures {
         // A random phase against the victim's renewal schedule (a crash lands anywhere in it); a
@@ -321,6 +331,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         report.samples_ms.extend(claimed.into_values());
         workers.spawn()?;
     }
+    report.load_average.push(load_average());
     for i in 0..workers.alive.len() {
         workers.signal(i, libc::SIGTERM)?;
     }
