@@ -10,10 +10,17 @@
 # the lease and renewals miss their deadlines.) Hand-overs do not wait for expiry: they run at the
 # defaults, unscaled.
 # Knobs: LEASELOCK_BENCH_FAILURES (50 per kind), LEASELOCK_BENCH_CRASH_LEASE_MS (5000),
-# FAILOVER_CRASH_PORT (4584), FAILOVER_GRACEFUL_PORT (4585).
+# FAILOVER_CRASH_PORT (4584), FAILOVER_GRACEFUL_PORT (4585); LEASELOCK_BENCH_PROFILE=dev runs the
+# test build of the CLI (the rounds time leases and requests, not the workers' CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p leaselock-cli
+if [[ "${LEASELOCK_BENCH_PROFILE:-release}" == dev ]]; then
+  cargo build -q -p leaselock-cli
+  bin=target/debug/leaselock
+else
+  cargo build --release -q -p leaselock-cli
+  bin=target/release/leaselock
+fi
 scripts/venv.sh
 failures="${LEASELOCK_BENCH_FAILURES:-50}"
 lease="${LEASELOCK_BENCH_CRASH_LEASE_MS:-5000}"
@@ -21,7 +28,6 @@ lease="${LEASELOCK_BENCH_CRASH_LEASE_MS:-5000}"
 renew=$((lease / 4)) skew=$((lease / 20)) orphan=$((lease / 10))
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-bin=target/release/leaselock
 export out failures lease renew skew orphan bin
 # The graceful run's engine is nested in the crash run's, so the Redis both wrappers check is
 # started (if at all) once.

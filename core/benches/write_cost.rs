@@ -246,7 +246,8 @@ impl Fleet {
         let client = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(sdk).interceptor(MeterHandle(meter.clone())).build(),
         );
-        let setup = LeaseTable::new(client.clone(), config.clone()).unwrap();
+        // Setting up 400 items on a loaded local engine may take longer than a command's budget.
+        let setup = LeaseTable::new(client.clone(), config.clone().operation_budget(Duration::from_secs(120))).unwrap();
         setup.create_table().await.unwrap();
         for i in 0..connections {
             setup.start(&format!("c{i:04}"), &format!("wss://feed.example/c{i:04}")).await.unwrap();
