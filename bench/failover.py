@@ -39,6 +39,12 @@ def pct(samples: List[float], p: float) -> float:
 
 def main() -> None:
     crash, graceful = last_json(sys.argv[1]), last_json(sys.argv[2])
+    for run in (crash, graceful):
+        # A stream claimed by another worker before the signal (the victim had already lost it)
+        # is no failover sample (older reports recorded it as 0 ms).
+        zeros = [s for s in run["samples_ms"] if s <= 0]
+        run["samples_ms"] = [s for s in run["samples_ms"] if s > 0]
+        run["moved_before_signal"] = run.get("moved_before_signal", 0) + len(zeros)
     k = DEFAULT_LEASE_MS / crash["lease_ms"]
     scaled = [s * k for s in crash["samples_ms"]]
     hand = graceful["samples_ms"]
@@ -55,9 +61,9 @@ def main() -> None:
         "sigterm_exit_ms_max": max(graceful.get("exit_ms") or [0]),
         "failover_setup": {
             "crash": {key: crash[key] for key in ("failures", "connections", "workers", "lease_ms", "renew_ms", "clock_skew_ms", "orphan_interval_ms")}
-            | {"samples": len(crash["samples_ms"]), "scaled_to_lease_ms": DEFAULT_LEASE_MS, "load_average": crash.get("load_average")},
+            | {"samples": len(crash["samples_ms"]), "scaled_to_lease_ms": DEFAULT_LEASE_MS, "load_average": crash.get("load_average"), "moved_before_signal": crash["moved_before_signal"]},
             "graceful": {key: graceful[key] for key in ("failures", "connections", "workers", "lease_ms", "renew_ms", "clock_skew_ms", "orphan_interval_ms")}
-            | {"samples": len(hand), "load_average": graceful.get("load_average")},
+            | {"samples": len(hand), "load_average": graceful.get("load_average"), "moved_before_signal": graceful["moved_before_signal"]},
             "method": "real worker processes (leaselock worker) killed with SIGKILL / stopped with SIGTERM, the busiest "
             "first, one replacement started after each; per stream the victim held: signal to another worker's claim "
             "(the claim's own expiry minus the lease). Crash: every timing knob / k, figures x k "

@@ -68,6 +68,8 @@ struct Report {
     orphan_interval_ms: u64,
     /// One per stream held by a victim: signal to claim by another worker, ms.
     samples_ms: Vec<u64>,
+    /// Streams the victim had already lost (claimed by another before the signal): not samples.
+    moved_before_signal: usize,
     /// Per failure: the slowest of its streams, ms.
     per_failure_max_ms: Vec<u64>,
     /// Graceful: from SIGTERM to the process's exit, ms.
@@ -267,6 +269,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         clock_skew_ms: config.skew_ms(),
         orphan_interval_ms: f.orphan_interval_ms,
         samples_ms: Vec::new(),
+        moved_before_signal: 0,
         per_failure_max_ms: Vec::new(),
         exit_ms: Vec::new(),
         load_average: vec![load_average()],
@@ -298,7 +301,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         let (_, mut child) = workers.alive.remove(victim_i);
         let exit = tokio::spawn(async move { wait_exit(&mut child, signalled, Duration::from_secs(30)).await });
 
-        let mut claimed: HashMap<String, u64> = HashMap::new();
+        let mut claimed: HashMap<String, Option<u64>> = HashMap::new();
         while claimed.len() < victim_ids.len() {
             if signalled.elapsed() > limit {
                 return Err(other(format!(
@@ -310,8 +313,10 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             let read_at = SystemClock.now_ms();
             for (id, (owner, expires)) in holders(&table).await? {
                 if owner != victim && victim_ids.contains(&id) && !claimed.contains_key(&id) {
-                    let at = expires.saturating_sub(lease_ms).clamp(signalled_ms, read_at.max(signalled_ms));
-                    claimed.insert(id, at - signalled_ms);
+                    // Claimed before the signal: the victim had already lost it (a missed
+                    // deadline), so it is no failover sample.
+                    let at = expires.saturating_sub(lease_ms).min(read_at);
+                    claimed.insert(id, at.checked_sub(signalled_ms));
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -320,7 +325,8 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         if f.kind == Kind::Graceful {
             report.exit_ms.push(exited.as_millis() as u64);
         }
-        let slowest = claimed.values().copied().max().unwrap_or(0);
+        report.moved_before_signal += claimed.values().filter(|c| c.is_none()).count();
+        let slowest = claimed.values().flatten().copied().max().unwrap_or(0);
         eprintln!(
             "  {kind} {}/{}: {victim} held {}, all claimed by others after {slowest} ms",
             round + 1,
@@ -328,7 +334,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             victim_ids.len()
         );
         report.per_failure_max_ms.push(slowest);
-        report.samples_ms.extend(claimed.into_values());
+        report.samples_ms.extend(claimed.into_values().flatten());
         workers.spawn()?;
     }
     report.load_average.push(load_average());
