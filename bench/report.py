@@ -355,8 +355,9 @@ def readme_table(r: Dict[str, Any]) -> str:
             "",
             "\n".join(rows),
             "",
-            "One run of `make bench` on a shared, loaded 2-core machine against the local engine (moto);",
-            "the method, each figure's anchor and the plots are in [bench/REPORT.md](bench/REPORT.md).",
+            "Measured by the sections of `make bench` on a shared, loaded 2-core machine against the local",
+            "engine (moto); how the run was made, the method, each figure's anchor and the plots are in",
+            "[bench/REPORT.md](bench/REPORT.md).",
             README_END,
         ]
     )
