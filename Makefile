@@ -9,8 +9,11 @@ FLEET_PORT ?= 4576
 DEMO_PORT ?= 4577
 # And the election benchmark (it also uses the local Redis, see scripts/redis.sh).
 ELECTION_BENCH_PORT ?= 4578
+# The failover bench's two engines (crash and graceful rounds run at the same time).
+FAILOVER_CRASH_PORT ?= 4584
+FAILOVER_GRACEFUL_PORT ?= 4585
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-python bench-node demo wheel
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
 
@@ -83,10 +86,37 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
-bench: bench-python bench-node
+# make bench: every section merges its keys into bench/results/latest.json (bench/merge.py), then
+# bench/report.py writes bench/REPORT.md and its plots. The run's duration, builds included, is
+# recorded as bench_duration_s.
+bench:
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory bench-sections && \
+	echo "{\"bench_duration_s\": $$(( $$(date +%s) - start ))}" | python3 bench/merge.py && \
+	$(MAKE) --no-print-directory bench-report
+
+bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover
+
+bench-lambdas:
 	lambdas/bench.sh
+
+# run_if_leader throughput on the local engine and the local Redis.
+bench-election:
 	MOTO_PORT=$(ELECTION_BENCH_PORT) scripts/with-services.sh $(CARGO) test --release -q -p leaselock --features redis --test election_bench -- --ignored --nocapture
+
+# Requests, writes and write units per connection-hour in both modes; orphan query read units.
+bench-write-cost:
 	core/bench.sh
+
+# Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes.
+bench-failover:
+	FAILOVER_CRASH_PORT=$(FAILOVER_CRASH_PORT) FAILOVER_GRACEFUL_PORT=$(FAILOVER_GRACEFUL_PORT) bench/failover.sh
+
+# bench/REPORT.md and the PNG plots from the results (matplotlib installed into .venv if missing).
+bench-report:
+	scripts/venv.sh
+	.venv/bin/python -c 'import matplotlib' 2>/dev/null || .venv/bin/pip install -q matplotlib
+	.venv/bin/python bench/report.py
 
 # Client CPU per renew and per acquire: leaselock (sync, asyncio), the Rust LeaseTable and boto3,
 # against a keep-alive endpoint; writes bench/results/latest.json.

@@ -3,6 +3,7 @@
 
 mod balance;
 mod demo;
+mod failover;
 mod leader;
 mod ops;
 mod refworker;
@@ -115,6 +116,9 @@ enum Command {
     BalanceDemo(balance::BalanceArgs),
     /// Run a command only on the elected process (exit 75 when skipped).
     RunIfLeader(leader::RunIfLeaderArgs),
+    /// Failover distributions over forced failures of worker processes (make bench).
+    #[command(hide = true)]
+    BenchFailover(failover::FailoverArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -173,7 +177,8 @@ fn main() -> ExitCode {
         | Command::Upstream(_)
         | Command::Demo(_)
         | Command::BalanceDemo(_)
-        | Command::RunIfLeader(_) => "warn",
+        | Command::RunIfLeader(_)
+        | Command::BenchFailover(_) => "warn",
         Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
             "error"
         }
@@ -210,6 +215,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Demo(d) => demo::run(&args, d).await,
         Command::BalanceDemo(b) => balance::run(&args, b).await,
         Command::RunIfLeader(r) => leader::run(&args, r).await,
+        Command::BenchFailover(f) => failover::run(&args, f).await,
     }
 }
 

@@ -51,17 +51,18 @@ async fn throughput(backend: Arc<dyn ElectionBackend>, names: usize) -> f64 {
     ops as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Merged key by key into bench/results/latest.json by the helper every section uses.
 fn merge(results: &[(&str, Value)]) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("latest.json");
-    let mut all: Value =
-        std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(json!({}));
-    for (k, v) in results {
-        all[*k] = v.clone();
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&all).unwrap() + "\n").unwrap();
-    println!("wrote {}", path.display());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let figures: serde_json::Map<String, Value> = results.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let mut merge = std::process::Command::new("python3")
+        .arg(root.join("bench/merge.py"))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 bench/merge.py");
+    std::io::Write::write_all(merge.stdin.as_mut().unwrap(), Value::Object(figures).to_string().as_bytes()).unwrap();
+    drop(merge.stdin.take());
+    assert!(merge.wait().unwrap().success(), "bench/merge.py failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

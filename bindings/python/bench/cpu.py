@@ -151,11 +151,10 @@ def main() -> None:
         server.terminate()
         server.wait()
     figures = {k: round(v, 1) for k, v in figures.items()}
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results.update(figures)
-    results["python_cpu_endpoint"] = "loopback HTTP/1.1 keep-alive server, canned UpdateItem responses"
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from merge import merge  # the one read-update-write of latest.json every section uses
+
+    merge({**figures, "python_cpu_endpoint": "loopback HTTP/1.1 keep-alive server, canned UpdateItem responses"})
 
     print(f"client CPU per operation, us (process CPU, {ops} ops, keep-alive endpoint):")
     print(f"{'':18}{'renew':>8}{'acquire':>9}")

@@ -131,10 +131,9 @@ async function main() {
       node_wasm_load_ms: Number(median(loads).toFixed(1)),
       node_renew_user_cpu_ratio: Number((userOurs / userSdk).toFixed(3)),
     };
+    // Merged key by key into bench/results/latest.json by the helper every section uses.
     const out = path.join(root, 'bench/results/latest.json');
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-    const merged = { ...(fs.existsSync(out) ? JSON.parse(fs.readFileSync(out, 'utf8')) : {}), ...results };
-    fs.writeFileSync(out, `${JSON.stringify(merged, null, 2)}\n`);
+    execFileSync('python3', [path.join(root, 'bench/merge.py')], { input: JSON.stringify(results), stdio: ['pipe', 'inherit', 'inherit'] });
     console.log(
       `node renew: ${results.node_cpu_us_per_renew} us CPU via leaselock, ${results.jssdk_cpu_us_per_renew} us ` +
         `direct (${results.node_renew_cpu_ratio}x, target <= 1.3x; ${ROUNDS} rounds x ${PER_ROUND}, medians); ` +

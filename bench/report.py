@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Writes bench/REPORT.md and its plots (bench/*.png) from bench/results/latest.json and
+bench/results/failover.json, the files `make bench` fills. Every figure is printed beside its
+anchor: the AWS reference design's numbers, the targets set for this project, a seed's figure.
+
+usage: report.py   (run by `make bench`, after every section)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results" / "latest.json"
+FAILOVER = BENCH / "results" / "failover.json"
+
+# The AWS post's own figures (its reference worker: 20 s lease, 5 s renew, a reconciler run on a
+# schedule) and the price its cost figure implies.
+AWS_CRASH_WORST_S = 80
+AWS_WRITES_PER_CONNECTION_HOUR = 720
+AWS_UNITS_PER_RENEWAL = 3
+AWS_MONTHLY_2000 = 1300
+PRICE_PER_MILLION_WRITES = 1.25  # USD, on-demand write request units: 2,000 x 720 x 730 h x this = $1,314
+HOURS_PER_MONTH = 730
+# The seed's election figures (bluetape4k-leader: DynamoDB Local; Redis with Lettuce).
+SEED_DYNAMODB_OPS = 641
+SEED_REDIS_OPS = 1456
+
+
+def fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "not measured"
+    if isinstance(v, (int, float)):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def machine() -> str:
+    cores = os.cpu_count()
+    model = ""
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return f"{cores} cores ({model or platform.processor()}), {platform.system()} {platform.release()}; load average {load:.1f} when the report was written"
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def plot_failover(failover: Dict[str, Any], r: Dict[str, Any]) -> None:
+    crash, graceful, k = failover["crash"], failover["graceful"], failover["crash_scale"]
+    scaled_s = [s * k / 1000 for s in crash["samples_ms"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    a.hist(scaled_s, bins=30, color="#3b7dd8")
+    bound = (20_000 + 1_000 + 2_000) / 1000
+    a.axvline(AWS_CRASH_WORST_S, color="#c0392b", linestyle="--", label=f"AWS reference design, worst ~{AWS_CRASH_WORST_S} s")
+    a.axvline(24, color="#7f8c8d", linestyle=":", label="target: lease + skew + 3 s = 24 s")
+    a.axvline(bound, color="#27ae60", linestyle="-.", label=f"lease + skew + orphan interval = {bound:g} s")
+    a.set_xlim(0, AWS_CRASH_WORST_S + 5)
+    a.set_xlabel("crash failover at a 20 s lease, s (measured at a %g s lease, x%g)" % (crash["lease_ms"] / 1000, k))
+    a.set_ylabel("streams")
+    a.set_title(f"SIGKILL: {crash['failures']} crashes, {len(scaled_s)} streams")
+    a.legend(fontsize=7, loc="upper center")
+    b.hist(graceful["samples_ms"], bins=30, color="#8e44ad")
+    b.axvline(2000, color="#7f8c8d", linestyle=":", label="target: 2 s")
+    b.set_xlim(0, max(2100, max(graceful["samples_ms"]) * 1.1))
+    b.set_xlabel("graceful hand-over at the defaults (20 s lease), ms, unscaled")
+    b.set_title(f"SIGTERM: {graceful['failures']} hand-overs, {len(graceful['samples_ms'])} streams")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(BENCH / "failover.png", dpi=110)
+    plt.close(fig)
+
+
+def plot_cpu(r: Dict[str, Any]) -> None:
+    bars = [
+        ("Rust\nLeaseTable", r.get("rust_cpu_us_per_renew"), "#d35400"),
+        ("Python\nleaselock", r.get("python_cpu_us_per_renew"), "#2980b9"),
+        ("Python\nasyncio", r.get("python_async_cpu_us_per_renew"), "#5dade2"),
+        ("boto3\n(same UpdateItem)", r.get("boto3_cpu_us_per_renew"), "#7f8c8d"),
+        ("Node\nleaselock", r.get("node_cpu_us_per_renew"), "#27ae60"),
+        ("JS SDK v3\n(same UpdateItem)", r.get("jssdk_cpu_us_per_renew"), "#95a5a6"),
+    ]
+    bars = [b for b in bars if b[1] is not None]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
+    for i, (_, v, _) in enumerate(bars):
+        ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("client CPU per renew, us (user + system)")
+    ax.set_title("Client CPU per renew, one run, keep-alive loopback endpoint with canned answers")
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(BENCH / "cpu.png", dpi=110)
+    plt.close(fig)
+
+
+def plot_writes(r: Dict[str, Any]) -> None:
+    groups = ["writes", "write units\n(table + index)", "requests\n(all kinds)"]
+    per_item = [r.get("writes_per_connection_hour"), r.get("write_units_per_connection_hour"), r.get("requests_per_connection_hour")]
+    session = [r.get("session_writes_per_connection_hour"), r.get("session_write_units_per_connection_hour"), r.get("session_requests_per_connection_hour")]
+    aws = [AWS_WRITES_PER_CONNECTION_HOUR, AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL, None]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.27
+    for offset, (label, values, color) in enumerate(
+        [("AWS post (reference worker)", aws, "#c0392b"), ("leaselock per-item", per_item, "#2980b9"), ("leaselock session", session, "#27ae60")]
+    ):
+        xs = [i + (offset - 1) * width for i in range(len(groups))]
+        vals = [v or 0 for v in values]
+        ax.bar(xs, vals, width, label=label, color=color)
+        for x, v in zip(xs, values):
+            if v:
+                ax.text(x, v, f"{v:,.0f}" if v >= 100 else f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.set_ylabel("per connection-hour (log scale)")
+    setup = r.get("write_cost_setup", {})
+    ax.set_title(f"DynamoDB cost per connection-hour: {setup.get('connections', '?')} connections, {setup.get('workers_per_mode', '?')} workers per mode, counted from requests sent")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(BENCH / "writes.png", dpi=110)
+    plt.close(fig)
+
+
+def ratio(a: Any, b: Any) -> str:
+    return f"{a / b:.2f}x" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "n/a"
+
+
+def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
+    g = r.get
+    setup = g("write_cost_setup", {})
+    fo = g("failover_setup", {})
+    crash_setup = fo.get("crash", {})
+    grace_setup = fo.get("graceful", {})
+    k = g("crash_failover_scale")
+    duration = g("bench_duration_s")
+    lines: List[str] = []
+    w = lines.append
+    w("# leaselock benchmark report")
+    w("")
+    w(f"Written by `bench/report.py`, the last step of `make bench` (commit `{git_commit()}`, {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}).")
+    w(f"Machine: {machine()}. It is shared with other builds and noisy: absolute CPU figures move from")
+    w("run to run, so every comparison below is measured side by side in the same run, and the ratios are")
+    w("the figures to read. All DynamoDB traffic goes to the local engine (moto over HTTP) on loopback.")
+    if duration:
+        w(f"This run of `make bench` took {duration / 60:.1f} minutes end to end (builds included).")
+    if g("bench_run_note"):
+        w("")
+        w(f"**How this run was made:** {g('bench_run_note')}")
+        w("")
+    w("Raw figures: `bench/results/latest.json`; every failover sample: `bench/results/failover.json`.")
+    w("")
+    w("## Headline figures")
+    w("")
+    w("| figure | leaselock | anchor |")
+    w("|---|---|---|")
+    w(f"| crash failover (SIGKILL), worst, 20 s lease | {fmt(g('crash_failover_ms_max', 0) / 1000, 1)} s (p50 {fmt(g('crash_failover_ms_p50', 0) / 1000, 1)} s), scaled x{fmt(k, 0)} from a {fmt(crash_setup.get('lease_ms', 0) / 1000, 0)} s lease | AWS reference design: ~{AWS_CRASH_WORST_S} s; target lease + skew + 3 s = 24 s |")
+    w(f"| graceful hand-over (SIGTERM), worst | {fmt(g('graceful_handover_ms_max'))} ms (p50 {fmt(g('graceful_handover_ms_p50'))} ms), at the defaults | target 2 s |")
+    w(f"| writes per connection-hour, per-item | {fmt(g('writes_per_connection_hour'), 1)} | AWS post: {AWS_WRITES_PER_CONNECTION_HOUR} |")
+    w(f"| write units per connection-hour, per-item (incl. index) | {fmt(g('write_units_per_connection_hour'), 0)} | AWS post: ~{AWS_UNITS_PER_RENEWAL} per renewal = {AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL:,} |")
+    w(f"| writes per connection-hour, session mode | {fmt(g('session_writes_per_connection_hour'), 2)} | target <= 10 |")
+    w(f"| write units per connection-hour, session mode | {fmt(g('session_write_units_per_connection_hour'), 2)} | {ratio(g('write_units_per_connection_hour'), g('session_write_units_per_connection_hour'))} fewer than per-item |")
+    w(f"| orphan query read units per worker-hour (2 s interval) | {fmt(g('orphan_query_read_units_per_hour'), 0)} | 0.5 per empty query x 1,800 = 900 |")
+    w(f"| client CPU per renew: Python / Rust | {ratio(g('python_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))} | target <= 1.25x |")
+    w(f"| client CPU per renew: boto3 / Python | {ratio(g('boto3_cpu_us_per_renew'), g('python_cpu_us_per_renew'))} | target >= 4x |")
+    w(f"| client CPU per renew: Node / JS SDK | {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} | target <= 1.3x |")
+    w(f"| election `run_if_leader`, DynamoDB API | {fmt(g('election_dynamodb_ops_per_s'))} ops/s | seed (bluetape4k, DynamoDB Local): {SEED_DYNAMODB_OPS} |")
+    w(f"| election `run_if_leader`, Redis | {fmt(g('election_redis_ops_per_s'))} ops/s | seed (bluetape4k, Lettuce): {SEED_REDIS_OPS:,} |")
+    w("")
+
+    w("## Failover")
+    w("")
+    w("![failover distributions](failover.png)")
+    w("")
+    w("Method (`bench/failover.sh`, `cli/src/failover.rs`): a fleet of "
+      f"{fmt(crash_setup.get('workers'))} reference-worker processes (`leaselock worker`, each streaming its "
+      f"connections from a local feed with fenced writes) holds {fmt(crash_setup.get('connections'))} streams. "
+      "Each round picks the worker holding the most streams and sends it SIGKILL (crash) or SIGTERM "
+      "(graceful: it releases its leases and hints them on the SQS queue), then measures, per stream it "
+      "held, the time from the signal to another worker's claim, read from the claim itself (a claim "
+      "writes `lease_expires_at_ms = now + lease`, so expiry minus lease is the claim instant; all "
+      "processes share the machine's clock), and starts a replacement worker. A random pause of up to "
+      "one renew interval before each crash spreads the crashes over the victim's renewal schedule. A stream "
+      "another worker had claimed before the signal (the victim had already lost it, e.g. a renewal past its "
+      "deadline on the loaded engine) is no sample: "
+      f"{crash_setup.get('moved_before_signal', 0)} crash and {grace_setup.get('moved_before_signal', 0)} hand-over streams were left out so.")
+    w("")
+    if crash_setup:
+        w(f"- Crash: {crash_setup.get('failures')} SIGKILLs, {crash_setup.get('samples')} stream samples, measured at lease "
+          f"{crash_setup.get('lease_ms')} ms, renew {crash_setup.get('renew_ms')} ms, skew {crash_setup.get('clock_skew_ms')} ms, "
+          f"orphan query every {crash_setup.get('orphan_interval_ms')} ms: every timing knob of the defaults "
+          f"(20,000 / 5,000 / 1,000 / 2,000 ms) divided by k = {fmt(k)}. **The crash figures are scaled**: a crash "
+          "failover is the wait for the lease to expire past the skew plus at most one orphan query interval plus "
+          "the claim, i.e. a sum of those knobs plus latencies, so the figure at the 20 s lease is "
+          f"`measured x k` (k = 20,000 ms / {crash_setup.get('lease_ms')} ms). The scaling multiplies the request "
+          "and process latencies by k as well, so it errs high. Measured unscaled: "
+          f"p50 {fmt(g('crash_failover_measured_ms_p50'))} ms, max {fmt(g('crash_failover_measured_ms_max'))} ms. "
+          f"Machine load average (1 min) at the first and last round: {crash_setup.get('load_average')}.")
+        w(f"- Scaled to the 20 s lease: p50 {fmt(g('crash_failover_ms_p50'))} ms, p99 {fmt(g('crash_failover_ms_p99'))} ms, "
+          f"max {fmt(g('crash_failover_ms_max'))} ms. Expected window at the defaults: from lease - renew + skew = 16 s "
+          "(crash just before a renewal) to lease + skew + orphan interval = 23 s plus the claim. The AWS "
+          f"reference design's worst case is ~{AWS_CRASH_WORST_S} s at the same 20 s lease: its orphans wait for the "
+          "next scheduled reconciler run; here every worker with room queries the sparse orphan index every 2 s.")
+    if grace_setup:
+        w(f"- Graceful: {grace_setup.get('failures')} SIGTERMs, {grace_setup.get('samples')} stream samples, at the defaults "
+          f"(lease {grace_setup.get('lease_ms')} ms, orphan query every {grace_setup.get('orphan_interval_ms')} ms), "
+          f"**not scaled**: p50 {fmt(g('graceful_handover_ms_p50'))} ms, p99 {fmt(g('graceful_handover_ms_p99'))} ms, "
+          f"max {fmt(g('graceful_handover_ms_max'))} ms; the stopped worker exited at most {fmt(g('sigterm_exit_ms_max'))} ms "
+          "after SIGTERM.")
+    w("")
+
+    w("## Client CPU per operation")
+    w("")
+    w("![client CPU per renew](cpu.png)")
+    w("")
+    w("| client | renew, us CPU | acquire, us CPU |")
+    w("|---|---|---|")
+    for name, key in [("Rust `LeaseTable`", "rust"), ("Python `leaselock` (sync)", "python"), ("Python `leaselock` (asyncio)", "python_async"), ("boto3, the same UpdateItem", "boto3")]:
+        w(f"| {name} | {fmt(g(key + '_cpu_us_per_renew'), 1)} | {fmt(g(key + '_cpu_us_per_acquire'), 1)} |")
+    w(f"| Node `leaselock` (wasm + JS SDK) | {fmt(g('node_cpu_us_per_renew'), 1)} | |")
+    w(f"| JS SDK v3, the same UpdateItem | {fmt(g('jssdk_cpu_us_per_renew'), 1)} | |")
+    w("")
+    w(f"Ratios (the figures to read on this machine): Python / Rust {ratio(g('python_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))} "
+      f"(target <= 1.25x), boto3 / Python {ratio(g('boto3_cpu_us_per_renew'), g('python_cpu_us_per_renew'))} (target >= 4x), "
+      f"Node / JS SDK {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} (target <= 1.3x). "
+      f"Node's protocol alone (an in-memory client): {fmt(g('node_protocol_cpu_us_per_renew'), 1)} us; wasm "
+      f"{fmt(g('node_wasm_bytes'))} bytes, loads in {fmt(g('node_wasm_load_ms'), 1)} ms.")
+    w("")
+    w("Method: process CPU (user + system: `getrusage`, `time.process_time()`, `process.cpuUsage()`), not wall "
+      "time, of a loop of renewals against a loopback HTTP/1.1 keep-alive server answering canned DynamoDB "
+      "responses in a process of its own (its CPU is not counted): the local engine closes every connection, "
+      "real clients keep them alive. Python and Rust: `scripts/bench-python.sh` (bindings/python/bench/cpu.py, "
+      "bench/cpu); Node: `bindings/wasm/bench/renew.js` (medians of rounds, leaselock and the SDK interleaved). "
+      "Release builds.")
+    w("")
+
+    w("## DynamoDB requests and units per connection-hour")
+    w("")
+    w("![writes per connection-hour](writes.png)")
+    w("")
+    pi, se = setup.get("per_item", {}), setup.get("session", {})
+    w("| per connection-hour | per-item | session | AWS post |")
+    w("|---|---|---|---|")
+    w(f"| writes | {fmt(g('writes_per_connection_hour'), 1)} | {fmt(g('session_writes_per_connection_hour'), 2)} | {AWS_WRITES_PER_CONNECTION_HOUR} |")
+    w(f"| write units (table + index) | {fmt(g('write_units_per_connection_hour'), 1)} | {fmt(g('session_write_units_per_connection_hour'), 2)} | ~{AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL:,} |")
+    w(f"| requests (every kind) | {fmt(g('requests_per_connection_hour'), 1)} | {fmt(g('session_requests_per_connection_hour'), 2)} | |")
+    w("")
+    w(f"Counted over {fmt(setup.get('held_s'), 0)} s of holding (claims excluded) with {fmt(setup.get('connections'))} "
+      f"connections per mode, {fmt(setup.get('workers_per_mode'))} workers per mode, both fleets at once, default "
+      "timing (lease 20 s, renew 5 s, orphan query 2 s). Requests in the window, per-item: "
+      f"`{json.dumps(pi.get('requests', {}))}`; session: `{json.dumps(se.get('requests', {}))}`; "
+      f"write units per-item {fmt(pi.get('table_write_units'))} table + {fmt(pi.get('index_write_units'))} index, "
+      f"session {fmt(se.get('table_write_units'))} table + {fmt(se.get('index_write_units'))} index.")
+    w("")
+    w("Method (`core/benches/write_cost.rs`): every request attempt the workers' SDK clients transmit passes through "
+      "an SDK interceptor that reads it (and a query's answer) and prices it by DynamoDB's billing rules: 1 write unit "
+      "per item write up to 1 KB (the largest item here is "
+      f"{fmt(setup.get('largest_item_bytes'))} bytes), 2 inside a transaction; an index is written when a write touches it: "
+      "a change of its key attributes is a delete and an insert (2 units), of a projected attribute 1 unit. A renewal "
+      "moves the orphan index's sort key (`lease_expires_at_ms`), so it costs 3 units in per-item mode, as the AWS post "
+      "says; in session mode only the worker's session item is renewed (it sits in the same sparse index), so 3 units "
+      "per worker per renew interval, whatever the worker holds. The writes are also counted by each `LeaseTable`'s own "
+      "request counter (the `writes_per_connection_hour` keys), and the two agree "
+      f"({fmt(pi.get('writes_counted_by_table'))} / {fmt(pi.get('requests', {}).get('UpdateItem'))} UpdateItem in per-item mode). "
+      "Session mode's figure per connection-hour is 720 / connections per worker (here "
+      f"{fmt((setup.get('connections') or 0) / (setup.get('workers_per_mode') or 1), 0)}).")
+    w("")
+    per_item_units = g("write_units_per_connection_hour") or 0
+    session_units = g("session_write_units_per_connection_hour") or 0
+    w(f"At the AWS post's scale (2,000 connections, its price of ${PRICE_PER_MILLION_WRITES} per million write request units, which is how "
+      f"its ~${AWS_MONTHLY_2000:,} a month for writes alone comes out: 2,000 x 720 x {HOURS_PER_MONTH} h): per-item with the index writes "
+      f"{2000 * per_item_units / 3600:,.0f} write units/s, ${2000 * per_item_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES / 1e6:,.0f} a month; "
+      f"session mode at this run's connections per worker {2000 * session_units / 3600:,.1f} write units/s, "
+      f"${2000 * session_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES / 1e6:,.0f} a month.")
+    w("")
+
+    w("## Orphan reconciliation")
+    w("")
+    w(f"Read units per worker-hour at the default 2 s orphan query interval: **{fmt(g('orphan_query_read_units_per_hour'), 0)}** "
+      f"(session mode: {fmt(g('session_orphan_query_read_units_per_hour'), 0)}; anchor: DESIGN.md's 0.5 units per empty "
+      "query, 1,800 queries an hour = 900). Method: measured from what the queries actually read, in the same window as "
+      "above: the local engine does not report consumed capacity (moto answers a fixed figure), so the interceptor "
+      "sizes the items each orphan index query returned (DynamoDB's item size: names plus values), rounds the total up "
+      "to 4 KB and bills 0.5 units per 4 KB (index queries are eventually consistent), 0.5 at least; the mean per query "
+      "times 1,800 queries an hour. Only a worker with room queries (a full worker claims nothing): "
+      f"{fmt(setup.get('per_item', {}).get('orphan_queries'))} orphan queries were sent in the window.")
+    w("")
+
+    w("## Election throughput")
+    w("")
+    w("| `run_if_leader`, trivial action (claim + release) | leaselock | seed (bluetape4k-leader) |")
+    w("|---|---|---|")
+    w(f"| DynamoDB API (local engine: moto), 1 name | {fmt(g('election_dynamodb_ops_per_s'))} ops/s | {SEED_DYNAMODB_OPS} ops/s (DynamoDB Local) |")
+    w(f"| Redis (local), 1 name | {fmt(g('election_redis_ops_per_s'))} ops/s | {SEED_REDIS_OPS:,} ops/s (Lettuce) |")
+    w(f"| DynamoDB API, 8 names at once | {fmt(g('election_dynamodb_ops_per_s_8_names'))} ops/s | |")
+    w(f"| Redis, 8 names at once | {fmt(g('election_redis_ops_per_s_8_names'))} ops/s | |")
+    w("")
+    w("Method: `core/tests/election_bench.rs` (run by `make bench` with `--ignored`): one elector calls `run_if_leader` "
+      "in a loop for 5 s per figure. The seed's figures are its own, on other hardware and against DynamoDB Local, "
+      "not moto: read them as orders of magnitude, not a race.")
+    w("")
+    w("## Reproduce")
+    w("")
+    w("`make bench` (from a fresh clone: it installs what it needs, starts local engines of its own on loopback and")
+    w("stops them). Sections: `make bench-python`, `make bench-node`, `lambdas/bench.sh` (reconciler over 10,000")
+    w("orphans, `bench-results/reconciler.txt`), the election bench, `core/bench.sh` (write cost), `bench/failover.sh`;")
+    w("each merges its keys into `bench/results/latest.json` through `bench/merge.py`, then `bench/report.py` writes")
+    w("this file and the plots.")
+    w("")
+    return "\n".join(lines)
+
+
+README = BENCH.parent / "README.md"
+README_START = "<!-- headline figures: written by bench/report.py from bench/results/latest.json -->"
+README_END = "<!-- end of headline figures -->"
+
+
+def readme_table(r: Dict[str, Any]) -> str:
+    """The README's headline figures beside the AWS post's (between the two markers)."""
+    g = r.get
+    k = g("crash_failover_scale")
+    rows = [
+        "| | AWS reference design (its post) | leaselock, `make bench` |",
+        "|---|---|---|",
+        f"| crash failover, 20 s lease, worst | ~{AWS_CRASH_WORST_S} s | {fmt(g('crash_failover_ms_max', 0) / 1000, 1)} s (p50 {fmt(g('crash_failover_ms_p50', 0) / 1000, 1)} s; measured at a shorter lease, scaled x{fmt(k)}) |",
+        f"| graceful hand-over, worst | | {fmt(g('graceful_handover_ms_max'))} ms (p50 {fmt(g('graceful_handover_ms_p50'))} ms) |",
+        f"| writes per connection-hour | {AWS_WRITES_PER_CONNECTION_HOUR} | {fmt(g('writes_per_connection_hour'), 0)} per-item; {fmt(g('session_writes_per_connection_hour'), 1)} session mode |",
+        f"| write units per connection-hour (index included) | ~{AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL:,} | {fmt(g('write_units_per_connection_hour'), 0)} per-item; {fmt(g('session_write_units_per_connection_hour'), 1)} session mode |",
+        f"| orphan query read units per worker-hour | | {fmt(g('orphan_query_read_units_per_hour'), 0)} (every 2 s) |",
+        f"| client CPU per renew, us | | Rust {fmt(g('rust_cpu_us_per_renew'))}, Python {fmt(g('python_cpu_us_per_renew'))} (boto3 {fmt(g('boto3_cpu_us_per_renew'))}), Node {fmt(g('node_cpu_us_per_renew'))} (JS SDK {fmt(g('jssdk_cpu_us_per_renew'))}) |",
+        f"| election `run_if_leader`, ops/s | | {fmt(g('election_dynamodb_ops_per_s'))} DynamoDB API, {fmt(g('election_redis_ops_per_s'))} Redis (seed: {SEED_DYNAMODB_OPS} / {SEED_REDIS_OPS:,}) |",
+    ]
+    return "\n".join(
+        [
+            README_START,
+            "",
+            "\n".join(rows),
+            "",
+            "Measured by the sections of `make bench` on a shared, loaded 2-core machine against the local",
+            "engine (moto); how the run was made, the method, each figure's anchor and the plots are in",
+            "[bench/REPORT.md](bench/REPORT.md).",
+            README_END,
+        ]
+    )
+
+
+def update_readme(r: Dict[str, Any]) -> None:
+    text = README.read_text()
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    README.write_text(head + readme_table(r) + tail)
+
+
+def main() -> None:
+    results = json.loads(RESULTS.read_text())
+    failover = json.loads(FAILOVER.read_text()) if FAILOVER.exists() else None
+    if failover:
+        plot_failover(failover, results)
+    plot_cpu(results)
+    plot_writes(results)
+    (BENCH / "REPORT.md").write_text(report(results, failover))
+    update_readme(results)
+    print(f"wrote {BENCH / 'REPORT.md'}, its plots and the README's headline figures")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
