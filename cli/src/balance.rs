@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use leaselock::{Clock, LeaseItem, LeaseMode, LeaseStore, LeaseTable, SystemClock, TableConfig};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use crate::demo::{messages_by_stream, say, status_line, Fleet};
-use crate::upstream::Feed;
+use crate::demo::{messages_by_stream, say, status_line, Fleet, LocalFeed, Stage};
 use crate::{other, CliResult, Failure, TableArgs};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -111,29 +109,10 @@ pub async fn run(args: &TableArgs, b: BalanceArgs) -> CliResult {
         mode: LeaseMode::Session.as_str().into(),
         ..args.clone()
     };
-    let config: TableConfig = targs.config()?;
-    let sdk = crate::ops::sdk_config().await;
-    let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.clone())?;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-
     say(t0, format!("creating tables {lease_table}, {messages_table} and the hint queue"));
-    table.create_table().await?;
-    crate::ops::create_messages_table(table.client(), &messages_table).await?;
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(&lease_table)
-        .send()
-        .await
-        .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?
-        .queue_url()
-        .ok_or_else(|| other("no queue url"))?
-        .to_string();
+    let Stage { table, config, queue_url, .. } = Stage::create(&targs).await?;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
-    let feed_addr = listener.local_addr().map_err(other)?;
-    let feed = Feed::new(b.rate);
-    let feed_stop = CancellationToken::new();
-    let feed_task = tokio::spawn(crate::upstream::serve(listener, feed.clone(), feed_stop.clone()));
+    let LocalFeed { addr: feed_addr, feed, stop: feed_stop, task: feed_task } = LocalFeed::start(b.rate).await?;
     say(t0, format!("upstream feed on ws://{feed_addr} ({} msg/s per stream)", b.rate));
 
     let ids: Vec<String> = (0..b.connections).map(|i| format!("stream-{i:03}")).collect();

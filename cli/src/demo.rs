@@ -479,6 +479,57 @@ pub(crate) async fn messages_by_stream(
     Ok(rows)
 }
 
+/// What a local scenario (the demo, the balance scenario, the failover bench) runs against: the
+/// lease table of `targs`, its messages table and a hint queue named after the lease table, all
+/// created here.
+pub(crate) struct Stage {
+    pub(crate) table: LeaseTable,
+    pub(crate) config: TableConfig,
+    pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) queue_url: String,
+}
+
+impl Stage {
+    pub(crate) async fn create(targs: &TableArgs) -> CliResult<Stage> {
+        let config: TableConfig = targs.config()?;
+        let sdk = crate::ops::sdk_config().await;
+        let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.clone())?;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        table.create_table().await?;
+        crate::ops::create_messages_table(table.client(), &targs.messages_table).await?;
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(&targs.table_name)
+            .send()
+            .await
+            .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?
+            .queue_url()
+            .ok_or_else(|| other("no queue url"))?
+            .to_string();
+        Ok(Stage { table, config, sqs, queue_url })
+    }
+}
+
+/// The local upstream feed (`rate` messages a second per stream) on an ephemeral loopback port,
+/// served until `stop` fires; `task` ends after that.
+pub(crate) struct LocalFeed {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) feed: std::sync::Arc<Feed>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+impl LocalFeed {
+    pub(crate) async fn start(rate: f64) -> CliResult<LocalFeed> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
+        let addr = listener.local_addr().map_err(other)?;
+        let feed = Feed::new(rate);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(crate::upstream::serve(listener, feed.clone(), stop.clone()));
+        Ok(LocalFeed { addr, feed, stop, task })
+    }
+}
+
 pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
     d.check_victims()?;
     let t0 = Instant::now();
@@ -486,29 +537,10 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
     let lease_table = format!("leaselock-demo-{run_id}");
     let messages_table = format!("{lease_table}-messages");
     let targs = TableArgs { table_name: lease_table.clone(), messages_table: messages_table.clone(), ..args.clone() };
-    let config: TableConfig = targs.config()?;
-    let sdk = crate::ops::sdk_config().await;
-    let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.clone())?;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-
     say(t0, format!("creating tables {lease_table}, {messages_table} and the hint queue"));
-    table.create_table().await?;
-    crate::ops::create_messages_table(table.client(), &messages_table).await?;
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(&lease_table)
-        .send()
-        .await
-        .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?
-        .queue_url()
-        .ok_or_else(|| other("no queue url"))?
-        .to_string();
+    let Stage { table, config, sqs, queue_url } = Stage::create(&targs).await?;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
-    let feed_addr = listener.local_addr().map_err(other)?;
-    let feed = Feed::new(d.rate);
-    let feed_stop = CancellationToken::new();
-    let feed_task = tokio::spawn(crate::upstream::serve(listener, feed.clone(), feed_stop.clone()));
+    let LocalFeed { addr: feed_addr, feed, stop: feed_stop, task: feed_task } = LocalFeed::start(d.rate).await?;
     say(t0, format!("upstream feed on ws://{feed_addr} ({} msg/s per stream)", d.rate));
 
     let logs = d.dir.join(&run_id);

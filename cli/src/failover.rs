@@ -16,11 +16,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use leaselock::{Clock, Hint, LeaseStore, LeaseTable, SystemClock, TableConfig};
+use leaselock::{Clock, Hint, LeaseStore, LeaseTable, SystemClock};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use crate::upstream::Feed;
+use crate::demo::{LocalFeed, Stage};
 use crate::{other, CliResult, TableArgs};
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,26 +169,9 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
     let lease_table = format!("bench-failover-{kind}-{run_id}");
     let messages_table = format!("{lease_table}-messages");
     let targs = TableArgs { table_name: lease_table.clone(), messages_table: messages_table.clone(), ..args.clone() };
-    let config: TableConfig = targs.config()?;
-    let sdk = crate::ops::sdk_config().await;
-    let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.clone())?;
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    table.create_table().await?;
-    crate::ops::create_messages_table(table.client(), &messages_table).await?;
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(&lease_table)
-        .send()
-        .await
-        .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?
-        .queue_url()
-        .ok_or_else(|| other("no queue url"))?
-        .to_string();
+    let Stage { table, config, sqs, queue_url } = Stage::create(&targs).await?;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(other)?;
-    let feed_addr = listener.local_addr().map_err(other)?;
-    let feed_stop = CancellationToken::new();
-    let feed_task = tokio::spawn(crate::upstream::serve(listener, Feed::new(f.rate), feed_stop.clone()));
+    let LocalFeed { addr: feed_addr, stop: feed_stop, task: feed_task, .. } = LocalFeed::start(f.rate).await?;
 
     let logs = f.dir.join(format!("failover-{run_id}"));
     std::fs::create_dir_all(&logs).map_err(other)?;
