@@ -354,3 +354,20 @@ async fn checkpoints_move_forward_and_are_refused_after_the_handler_returned() {
     assert!(matches!(conn.checkpoint(6).await, Err(Error::Lost { .. })), "a leftover clone may not act");
     assert_eq!(base.get("s00").await.unwrap().unwrap().last_seq, Some(5));
 }
+
+/// A claim applied whose answer is lost (the worker is told "outcome unknown") names the worker
+/// with nobody renewing it. The worker reads it again at its next orphan poll and releases it, so
+/// it is claimed again (fence 2) within a poll or two instead of after the 20 s lease.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_landed_unanswered_is_released_not_stranded() {
+    let store = Arc::new(Faulty::new(memory_store(default_config())));
+    start_items(&store.inner, "s", 1).await;
+    store.claim_answers_lost.store(1, Ordering::SeqCst);
+    let log = Log::default();
+    let w = spawn_waiting_worker(store.clone(), &log);
+    let took = wait_until(Duration::from_secs(40), "held", || w.handle.snapshot().held.len() == 1).await;
+    assert_eq!(store.claim_answers_lost.load(Ordering::SeqCst), 0, "the first claim's answer was lost");
+    assert!(took < Duration::from_secs(5), "held after {took:?}: the landed claim waited out its lease");
+    let item = store.inner.get("s00").await.unwrap().unwrap();
+    assert_eq!((item.owner.as_deref(), item.fence), (Some("w1"), 2), "released, then claimed again");
+}

@@ -224,6 +224,7 @@ impl WorkerBuilder {
             poll_orphans_now: tokio::sync::Notify::new(),
             session: Mutex::new(None),
             reclaim_own: std::sync::atomic::AtomicBool::new(false),
+            unsettled: Mutex::new(std::collections::BTreeSet::new()),
             claim_limit: AtomicUsize::new(max_connections),
             balance_changed: tokio::sync::Notify::new(),
             claims: AtomicU64::new(0),
@@ -300,6 +301,9 @@ pub(crate) struct Inner {
     session: Mutex<Option<Session>>,
     /// Session mode: a new epoch was opened; the orphan loop claims back our older epochs' work.
     pub(crate) reclaim_own: std::sync::atomic::AtomicBool,
+    /// Ids whose claim failed with its outcome unknown (the write may have landed and name us
+    /// with nobody renewing it): the orphan loop releases those it finds ours and not tracked.
+    pub(crate) unsettled: Mutex<std::collections::BTreeSet<String>>,
     /// Session mode with balance: the most this worker may hold after a claim (its fair
     /// share), set by every orphan poll.
     pub(crate) claim_limit: AtomicUsize,
@@ -485,6 +489,9 @@ impl Inner {
             }
             Err(e) => {
                 self.leases.lock().expect("leases poisoned").by_id.remove(id);
+                if matches!(e, Error::Timeout { outcome_unknown: true }) {
+                    self.unsettled.lock().expect("unsettled poisoned").insert(id.to_string());
+                }
                 return match claim_failure(&e) {
                     ClaimFailure::Conflict => {
                         debug!(connection_id = %id, source, reason = %e, "claim conflict");

@@ -24,6 +24,7 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
         if inner.shutdown.is_cancelled() {
             return;
         }
+        settle_unknown_claims(&inner).await;
         let wake_in_ms = match poll_orphans(&inner, &mut balancer).await {
             Ok(ms) => {
                 failures = 0;
@@ -40,6 +41,39 @@ pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
             () = inner.shutdown.cancelled() => return,
             () = tokio::time::sleep(Duration::from_millis(wake_in_ms)) => {}
             () = inner.poll_orphans_now.notified() => {}
+        }
+    }
+}
+
+/// A claim whose answer was lost may still have landed: its item then names this worker, and
+/// nobody renews or releases it, so it would wait out a whole lease before anyone else may
+/// claim it. Each one is read again; one that names us with a fence we do not hold is released
+/// (conditioned on that owner and fence, so a later claim by anyone is left alone).
+async fn settle_unknown_claims(inner: &Inner) {
+    let ids = std::mem::take(&mut *inner.unsettled.lock().expect("unsettled poisoned"));
+    let store = &*inner.store;
+    for id in ids {
+        if inner.is_tracked(&id) || inner.shutdown.is_cancelled() {
+            continue;
+        }
+        let item = match store.get(&id).await {
+            Ok(Some(item)) => item,
+            Ok(None) => continue,
+            Err(e) => {
+                debug!(connection_id = %id, error = %e, "re-read of an unknown claim failed, trying again");
+                inner.unsettled.lock().expect("unsettled poisoned").insert(id);
+                continue;
+            }
+        };
+        if item.owner.as_deref() != Some(inner.id.as_str()) || item.expires_at_ms == Some(0) || inner.is_tracked(&id) {
+            continue;
+        }
+        let lease = crate::Lease::from_item(item, &inner.id, store.clock().monotonic_ms(), store.config());
+        match store.release(&lease).await {
+            Ok(()) => {
+                info!(connection_id = %id, fence = lease.fence, "a claim whose answer was lost had landed: released")
+            }
+            Err(e) => debug!(connection_id = %id, error = %e, "release of an unknown claim refused"),
         }
     }
 }

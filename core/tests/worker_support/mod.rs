@@ -156,7 +156,8 @@ impl Lines {
 }
 
 /// A store that delegates to another and injects faults: a partition (every call fails),
-/// renewals or checkpoints that never answer, and slow releases. It notes when (store clock,
+/// renewals or checkpoints that never answer, claims applied whose answer is lost, and slow
+/// releases. It notes when (store clock,
 /// monotonic ms) each checkpoint call began.
 #[derive(Debug)]
 pub struct Faulty<S> {
@@ -168,6 +169,8 @@ pub struct Faulty<S> {
     pub release_delay_ms: AtomicU64,
     pub releases_in_flight: AtomicU32,
     pub max_releases_in_flight: AtomicU32,
+    /// The next this many fleet claims are applied, then answered "outcome unknown".
+    pub claim_answers_lost: AtomicU32,
 }
 
 impl<S> Faulty<S> {
@@ -181,6 +184,7 @@ impl<S> Faulty<S> {
             release_delay_ms: AtomicU64::new(0),
             releases_in_flight: AtomicU32::new(0),
             max_releases_in_flight: AtomicU32::new(0),
+            claim_answers_lost: AtomicU32::new(0),
         }
     }
 }
@@ -213,6 +217,15 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
     async fn acquire(&self, id: &str, owner: &str) -> Result<Lease> {
         self.reachable()?;
         self.inner.acquire(id, owner).await
+    }
+    async fn acquire_started(&self, id: &str, owner: &str) -> Result<Lease> {
+        self.reachable()?;
+        let lease = self.inner.acquire_started(id, owner).await?;
+        let lose = self.claim_answers_lost.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lose.is_ok() {
+            return Err(Error::Timeout { outcome_unknown: true });
+        }
+        Ok(lease)
     }
     async fn renew(&self, lease: &mut Lease) -> Result<()> {
         self.reachable()?;
