@@ -229,6 +229,10 @@ class LeaderElector {
     let value;
     let failure;
     let end;
+    // The minimum lease counts from the action's start (the claim's answer is in), so two runs
+    // are never closer than it whatever the claim's latency.
+    const startedMono = clock.mono();
+    const startedStore = claimStore + (startedMono - sentMono);
     const work = (async () => {
       try {
         value = await action(term, term.signal);
@@ -244,7 +248,7 @@ class LeaderElector {
       // lease to run out) or until it has passed (then release).
       let release = false;
       for (;;) {
-        const step = JSON.parse(rules.minLease(sentMono, clock.mono(), lease.expiresAtMs, claimStore));
+        const step = JSON.parse(rules.minLease(startedMono, clock.mono(), lease.expiresAtMs, startedStore));
         if (step.step !== 'WaitUntil') {
           release = step.step === 'Release';
           break;

@@ -272,17 +272,17 @@ impl ElectionRules {
     #[wasm_bindgen(js_name = minLease)]
     pub fn min_lease(
         &self,
-        sent_mono_ms: f64,
+        start_mono_ms: f64,
         now_mono_ms: f64,
         held_expires_at_ms: f64,
-        claim_store_ms: f64,
+        start_store_ms: f64,
     ) -> String {
         text(decide::min_lease(
-            sent_mono_ms as u64,
+            start_mono_ms as u64,
             self.options.min_lease.as_millis() as u64,
             now_mono_ms as u64,
             held_expires_at_ms as u64,
-            claim_store_ms as u64,
+            start_store_ms as u64,
         ))
     }
 }

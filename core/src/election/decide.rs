@@ -94,19 +94,20 @@ pub enum MinLease {
     WaitUntil(u64),
 }
 
-/// The minimum-lease decision: a short action keeps the lease `min_lease_ms` from the claim's
-/// send (`sent_mono_ms`), so a job run on every host does not run twice in one period.
+/// The minimum-lease decision: a short action keeps the lease `min_lease_ms` from its start
+/// (`start_mono_ms`; `start_store_ms` is the same moment on the store's clock), so a job run on
+/// every host does not run twice in one period.
 pub fn min_lease(
-    sent_mono_ms: u64,
+    start_mono_ms: u64,
     min_lease_ms: u64,
     now_mono_ms: u64,
     held_expires_at_ms: u64,
-    claim_store_ms: u64,
+    start_store_ms: u64,
 ) -> MinLease {
-    let until = sent_mono_ms + min_lease_ms;
+    let until = start_mono_ms + min_lease_ms;
     if now_mono_ms >= until {
         MinLease::Release
-    } else if held_expires_at_ms >= claim_store_ms + min_lease_ms {
+    } else if held_expires_at_ms >= start_store_ms + min_lease_ms {
         MinLease::RunOut
     } else {
         MinLease::WaitUntil(until)

@@ -310,6 +310,10 @@ impl LeaderElector {
         let (tx, mut rx) = watch::channel(lease);
         let keeper = self.keep(&tx, &term, sent_mono, step_down.as_ref());
         tokio::pin!(keeper);
+        // The minimum lease counts from the action's start (the claim's answer is in), so two
+        // runs are never closer than it whatever the claim's latency.
+        let started_mono = self.backend.clock().monotonic_ms();
+        let started = (started_mono, claim_store_ms + started_mono.saturating_sub(sent_mono));
         let work = action(term.clone());
         tokio::pin!(work);
         let (value, ended) = tokio::select! {
@@ -326,16 +330,17 @@ impl LeaderElector {
                 // the lease to run out) or until it has passed (then release).
                 let min_ms = self.options.min_lease.as_millis() as u64;
                 let clock = self.backend.clock();
+                let (started_mono, started_store_ms) = started;
                 let kept = async {
                     loop {
                         let held = rx.borrow_and_update().clone();
                         let now = clock.monotonic_ms();
-                        let until = match decide::min_lease(sent_mono, min_ms, now, held.expires_at_ms, claim_store_ms)
-                        {
-                            MinLease::Release => return true,
-                            MinLease::RunOut => return false,
-                            MinLease::WaitUntil(at) => at,
-                        };
+                        let until =
+                            match decide::min_lease(started_mono, min_ms, now, held.expires_at_ms, started_store_ms) {
+                                MinLease::Release => return true,
+                                MinLease::RunOut => return false,
+                                MinLease::WaitUntil(at) => at,
+                            };
                         let left = until.saturating_sub(now);
                         tokio::select! {
                             _ = rx.changed() => {}
