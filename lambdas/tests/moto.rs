@@ -199,11 +199,12 @@ async fn reconciler_hints_dead_sessions_work_and_not_live_ones() {
     let config = TableConfig::new(&name).mode(leaselock::LeaseMode::Session);
     let store = table(&sdk, config.clone()).await;
     let hints = queue(&sdk).await;
-    // The crashed worker's sessions last 1 s; the live one has the default 20 s.
+    // The crashed worker's sessions last 4 s (room for its claims on a slow engine: a claim
+    // past the session's deadline is refused); the live one has the default 20 s.
     let short = config
         .clone()
-        .lease_duration(Duration::from_secs(1))
-        .renew_interval(Duration::from_millis(250))
+        .lease_duration(Duration::from_secs(4))
+        .renew_interval(Duration::from_secs(1))
         .clock_skew(Duration::from_millis(100));
     let crashed_store = LeaseTable::new(store.client().clone(), short).unwrap();
     for i in 0..9 {
@@ -215,6 +216,8 @@ async fn reconciler_hints_dead_sessions_work_and_not_live_ones() {
     let mut dead_work = BTreeSet::new();
     for i in 0..3 {
         crashed_store.claim_in_session(&format!("conn-{i}"), &crashed).await.unwrap();
+    }
+    for i in 0..3 {
         store.claim_in_session(&format!("conn-{}", i + 3), &left).await.unwrap();
         store.claim_in_session(&format!("conn-{}", i + 6), &live).await.unwrap();
         dead_work.extend([format!("conn-{i}"), format!("conn-{}", i + 3)]);
