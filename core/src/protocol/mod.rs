@@ -288,6 +288,12 @@ impl Budget {
     }
 }
 
+/// The step for an answer the operation never asks for (a condition failure of a write without
+/// a condition, a transaction answer to a single write).
+pub(crate) fn unexpected<T>() -> Step<T> {
+    Step::Fail(crate::Error::Store("unexpected answer".into()))
+}
+
 /// What an answer means before the operation looks at it.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Triage {

@@ -307,7 +307,7 @@ impl Operation for Acquire {
             (Phase::Reread, Triage::Ambiguous) => self.budget.pause(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.budget.pause(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }
@@ -416,7 +416,7 @@ impl Operation for Renew {
             (Phase::Reread, Triage::Ambiguous) => self.retry(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.retry(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }
@@ -487,7 +487,7 @@ impl Operation for Release {
             (Phase::Reread, Triage::Ambiguous) => self.budget.pause(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.budget.pause(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }
@@ -582,7 +582,7 @@ impl Operation for Checkpoint {
             (Phase::Reread, Triage::Ambiguous) => self.retry(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.retry(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }

@@ -136,7 +136,7 @@ impl Operation for CreateSession {
             (Phase::Reread, Triage::Ambiguous) => self.budget.pause(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.budget.pause(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }
@@ -248,7 +248,7 @@ impl Operation for RenewSession {
             (Phase::Reread, Triage::Ambiguous) => self.retry(&input, Cause::Timeout),
             (_, Triage::Retry(cause)) => self.retry(&input, cause),
             (_, Triage::Fail(e)) => Step::Fail(e),
-            (_, Triage::Condition(_) | Triage::Canceled(_)) => Step::Fail(Error::Store("unexpected answer".into())),
+            (_, Triage::Condition(_) | Triage::Canceled(_)) => super::unexpected(),
         }
     }
 }
@@ -557,7 +557,7 @@ impl ClaimInSession {
     }
 
     fn unexpected<T>(&self) -> Step<T> {
-        Step::Fail(Error::Store("unexpected answer".into()))
+        super::unexpected()
     }
 }
 

@@ -173,7 +173,7 @@ impl Operation for CreateTable {
                     Triage::Retry(cause) => self.budget.pause(&input, cause),
                     Triage::Ambiguous => self.budget.pause(&input, super::Cause::Timeout),
                     Triage::Fail(e) => Step::Fail(e),
-                    Triage::Condition(_) | Triage::Canceled(_) => Step::Fail(Error::Store("unexpected answer".into())),
+                    Triage::Condition(_) | Triage::Canceled(_) => super::unexpected(),
                 }
             }
             Phase::Wait => match read_answer(&mut self.budget, &input, answer, &self.config.table_name) {
