@@ -63,4 +63,15 @@ async function drive(op, client, signal, appendItems) {
   }
 }
 
-module.exports = { drive, sleep, clock };
+/** Runs the functions given to `run` one at a time, in order; a failure does not stop the next. */
+class Serial {
+  #queue = Promise.resolve();
+
+  run(fn) {
+    const run = this.#queue.then(fn);
+    this.#queue = run.catch(() => {});
+    return run;
+  }
+}
+
+module.exports = { drive, sleep, clock, Serial };

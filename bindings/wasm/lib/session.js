@@ -3,6 +3,8 @@
 // Session is the handle of one epoch; each operation is core's protocol (CreateSession,
 // RenewSession, EndSession, ClaimInSession) driven with the table's DynamoDBClient.
 
+const { Serial } = require('./drive');
+
 /**
  * A live session. `deadline` is when everything held under it must stop acting, on the
  * `performance.now()` clock, whatever DynamoDB says (rule 2). Operations run one at a time.
@@ -12,7 +14,7 @@ class Session {
   #data;
   /** Leases claimed under this session and not given up: a renewal moves their deadline. */
   #leases = new Set();
-  #queue = Promise.resolve();
+  #serial = new Serial();
   #covers = () => true;
 
   constructor(table, data) {
@@ -45,18 +47,12 @@ class Session {
     return { ...this.#data };
   }
 
-  #serial(fn) {
-    const run = this.#queue.then(fn);
-    this.#queue = run.catch(() => {});
-    return run;
-  }
-
   /**
    * Extends the session: one write for everything held under it, whose deadlines move along.
    * LeaseLostError once the epoch is not the item's any more or the deadline has passed.
    */
   renew({ signal } = {}) {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       this.#data = await this.#table._renewSession(this.#data, signal);
       for (const lease of this.#leases) {
         if (this.#covers(lease)) {
@@ -69,7 +65,7 @@ class Session {
 
   /** Ends the session (expiry 0) with one write: everything held under it is free at once. */
   end({ signal } = {}) {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       await this.#table._endSession(this.#data, signal);
       this.#leases.clear();
     });

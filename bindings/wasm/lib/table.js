@@ -3,7 +3,7 @@
 // wasm and drives it with the caller's DynamoDBClient.
 
 const wasm = require('../pkg/leaselock_wasm.js');
-const { drive } = require('./drive');
+const { drive, Serial } = require('./drive');
 const { LeaseLostError, fromWasm, invalid } = require('./errors');
 const { Keeper } = require('./keeper');
 const { Session } = require('./session');
@@ -261,7 +261,7 @@ class Lease {
   #table;
   #data;
   #session;
-  #queue = Promise.resolve();
+  #serial = new Serial();
   #released = false;
 
   constructor(table, data, session) {
@@ -323,12 +323,6 @@ class Lease {
     return { ...this.#data };
   }
 
-  #serial(fn) {
-    const run = this.#queue.then(fn);
-    this.#queue = run.catch(() => {});
-    return run;
-  }
-
   /**
    * Extends the lease; LeaseLostError when it is no longer ours or the deadline has passed.
    * Under a session, renews the session (one write for everything held under it).
@@ -337,7 +331,7 @@ class Lease {
     if (this.#session !== undefined) {
       return this.#session.renew({ signal }).then(() => this);
     }
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       this.#data = await this.#table._renew(this.#data, signal);
       return this;
     });
@@ -345,7 +339,7 @@ class Lease {
 
   /** Records the last processed sequence number; it only moves forward. */
   checkpoint(seq, { signal } = {}) {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       this.#data = await this.#table._checkpoint(this.#data, seq, signal);
       return this;
     });
@@ -353,7 +347,7 @@ class Lease {
 
   /** Gives the lease up at once (expiry 0); LeaseLostError when it was no longer ours. */
   release({ signal } = {}) {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       await this.#table._release(this.#data, signal);
       this.#released = true;
       this.#session?._forget(this);
@@ -366,7 +360,7 @@ class Lease {
    * with `checkpoint`, also moves `lastSeq` to it in the same transaction.
    */
   write(items, { checkpoint, signal } = {}) {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       await this.#table._write(this.#data, items, checkpoint, signal);
       if (checkpoint !== undefined) {
         this.#data = { ...this.#data, lastSeq: checkpoint };
