@@ -182,6 +182,7 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     w(f"| orphan query read units per worker-hour (2 s interval) | {fmt(g('orphan_query_read_units_per_hour'), 0)} | 0.5 per empty query x 1,800 = 900 |")
     w(f"| client CPU per renew: Python / Rust | {ratio(g('python_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))} | target <= 1.25x |")
     w(f"| client CPU per renew: boto3 / Python | {ratio(g('boto3_cpu_us_per_renew'), g('python_cpu_us_per_renew'))} | target >= 4x |")
+    w(f"| client CPU per renew: Python asyncio / Rust, boto3 / Python asyncio | {ratio(g('python_async_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))}, {ratio(g('boto3_cpu_us_per_renew'), g('python_async_cpu_us_per_renew'))} | targets <= 1.25x, >= 4x |")
     w(f"| client CPU per renew: Node / JS SDK | {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} | target <= 1.3x |")
     w(f"| election `run_if_leader`, DynamoDB API | {fmt(g('election_dynamodb_ops_per_s'))} ops/s | seed (bluetape4k, DynamoDB Local): {SEED_DYNAMODB_OPS} |")
     w(f"| election `run_if_leader`, Redis | {fmt(g('election_redis_ops_per_s'))} ops/s | seed (bluetape4k, Lettuce): {SEED_REDIS_OPS:,} |")
@@ -239,8 +240,12 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     w(f"| Node `leaselock` (wasm + JS SDK) | {fmt(g('node_cpu_us_per_renew'), 1)} | |")
     w(f"| JS SDK v3, the same UpdateItem | {fmt(g('jssdk_cpu_us_per_renew'), 1)} | |")
     w("")
-    w(f"Ratios (the figures to read on this machine): Python / Rust {ratio(g('python_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))} "
-      f"(target <= 1.25x), boto3 / Python {ratio(g('boto3_cpu_us_per_renew'), g('python_cpu_us_per_renew'))} (target >= 4x), "
+    ratios = []
+    for key, name in (("python", "Python"), ("python_async", "Python asyncio")):
+        for op in ("renew", "acquire"):
+            us = g(f"{key}_cpu_us_per_{op}")
+            ratios.append(f"{name} {op}: {ratio(us, g(f'rust_cpu_us_per_{op}'))} Rust, {ratio(g(f'boto3_cpu_us_per_{op}'), us)} less than boto3")
+    w("Ratios (the figures to read on this machine; targets <= 1.25x Rust and >= 4x less than boto3): " + "; ".join(ratios) + ". "
       f"Node / JS SDK {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} (target <= 1.3x). "
       f"Node's protocol alone (an in-memory client): {fmt(g('node_protocol_cpu_us_per_renew'), 1)} us; wasm "
       f"{fmt(g('node_wasm_bytes'))} bytes, loads in {fmt(g('node_wasm_load_ms'), 1)} ms.")
@@ -249,7 +254,9 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
       "time, of a loop of renewals against a loopback HTTP/1.1 keep-alive server answering canned DynamoDB "
       "responses in a process of its own (its CPU is not counted): the local engine closes every connection, "
       "real clients keep them alive. Python and Rust: `scripts/bench-python.sh` (bindings/python/bench/cpu.py, "
-      "bench/cpu); Node: `bindings/wasm/bench/renew.js` (medians of rounds, leaselock and the SDK interleaved). "
+      f"bench/cpu; {g('python_cpu_method', 'one round')}; the Python binding's runtime has "
+      f"{fmt(g('python_runtime_threads', 2))} worker thread(s), the Rust client runs under `#[tokio::main]`'s default "
+      "multi-thread runtime); Node: `bindings/wasm/bench/renew.js` (medians of rounds, leaselock and the SDK interleaved). "
       "Release builds.")
     w("")
 

@@ -146,10 +146,12 @@ impl PyLease {
     }
     fn checkpoint(&self, py: Python<'_>, seq: i128) -> PyResult<()> {
         let seq = seq_arg(py, seq)?;
-        wait(py, self.hold.checkpoint(seq))
+        let hold = self.hold.clone();
+        wait(py, async move { hold.checkpoint(seq).await })
     }
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        wait(py, self.hold.release())
+        let hold = self.hold.clone();
+        wait(py, async move { hold.release().await })
     }
 
     fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

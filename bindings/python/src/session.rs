@@ -161,10 +161,12 @@ impl PySession {
     }
 
     fn renew(&self, py: Python<'_>) -> PyResult<()> {
-        wait(py, self.shared.renew())
+        let shared = self.shared.clone();
+        wait(py, async move { shared.renew().await })
     }
     fn end(&self, py: Python<'_>) -> PyResult<()> {
-        wait(py, self.shared.end())
+        let shared = self.shared.clone();
+        wait(py, async move { shared.end().await })
     }
     fn claim(&self, py: Python<'_>, id: String) -> PyResult<PyLease> {
         wait(py, self.shared.clone().claim(id))

@@ -195,33 +195,42 @@ impl PyLeaseTable {
     }
 
     fn create_table(&self, py: Python<'_>) -> PyResult<()> {
-        wait(py, self.table.create_table())
+        let t = self.table.clone();
+        wait(py, async move { t.create_table().await })
     }
     fn start(&self, py: Python<'_>, id: String, url: String) -> PyResult<PyLeaseItem> {
-        wait(py, self.table.start(&id, &url)).map(Into::into)
+        let t = self.table.clone();
+        wait(py, async move { t.start(&id, &url).await }).map(Into::into)
     }
     fn stop(&self, py: Python<'_>, id: String) -> PyResult<PyLeaseItem> {
-        wait(py, self.table.stop(&id)).map(Into::into)
+        let t = self.table.clone();
+        wait(py, async move { t.stop(&id).await }).map(Into::into)
     }
     fn acquire(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        wait(py, Hold::acquire(self.store(), &id, &owner, false)).map(Into::into)
+        let store = self.store();
+        wait(py, async move { Hold::acquire(store, &id, &owner, false).await }).map(Into::into)
     }
     fn hold(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        wait(py, Hold::acquire(self.store(), &id, &owner, true)).map(Into::into)
+        let store = self.store();
+        wait(py, async move { Hold::acquire(store, &id, &owner, true).await }).map(Into::into)
     }
     fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<PyLeaseItem>> {
-        wait(py, self.table.get(&id)).map(|i| i.map(Into::into))
+        let t = self.table.clone();
+        wait(py, async move { t.get(&id).await }).map(|i| i.map(Into::into))
     }
     #[pyo3(signature = (limit=None))]
     fn orphans(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyLeaseItem>> {
         let cutoff = claim_cutoff(self.table.clock().now_ms(), self.table.config());
-        wait(py, self.table.orphans(cutoff, limit)).map(|v| v.into_iter().map(Into::into).collect())
+        let t = self.table.clone();
+        wait(py, async move { t.orphans(cutoff, limit).await }).map(|v| v.into_iter().map(Into::into).collect())
     }
     fn desired_states(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<HashMap<String, Option<String>>> {
-        wait(py, self.table.batch_desired_states(&ids)).map(states)
+        let t = self.table.clone();
+        wait(py, async move { t.batch_desired_states(&ids).await }).map(states)
     }
     fn owned_by(&self, py: Python<'_>, owner: String) -> PyResult<Vec<PyLeaseItem>> {
-        wait(py, self.table.owned_by(&owner)).map(|v| v.into_iter().map(Into::into).collect())
+        let t = self.table.clone();
+        wait(py, async move { t.owned_by(&owner).await }).map(|v| v.into_iter().map(Into::into).collect())
     }
 
     fn create_table_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -1,4 +1,9 @@
-"""The exception tree: one root, the store kinds under StoreError, public module path."""
+"""The exception tree: one root, the store kinds under StoreError, public module path; bad
+settings refused by name."""
+
+import os
+import subprocess
+import sys
 
 import leaselock
 
@@ -42,3 +47,30 @@ def test_not_found_and_stopped(table, ids) -> None:
         assert e.id == id
     else:
         raise AssertionError("stopped work was claimed")
+
+
+def _import_with_threads(value: str, code: str) -> "subprocess.CompletedProcess[str]":
+    env = {**os.environ, "LEASELOCK_RUNTIME_THREADS": value}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_runtime_threads_outside_the_range_fail_the_import_naming_the_variable() -> None:
+    for value in ["0", "-1", "many", "257"]:
+        run = _import_with_threads(value, "import leaselock")
+        assert run.returncode != 0, value
+        assert "LEASELOCK_RUNTIME_THREADS must be a whole number from 1 to 256" in run.stderr, run.stderr
+        assert repr(value) in run.stderr.replace('"', "'"), run.stderr
+
+
+def test_more_runtime_threads_serve_blocking_and_asyncio_calls(table_name) -> None:
+    code = (
+        "import asyncio, leaselock\n"
+        f"t = leaselock.LeaseTable({table_name!r})\n"
+        "assert t.get('no-such-item') is None\n"
+        f"a = leaselock.AsyncLeaseTable({table_name!r})\n"
+        "assert asyncio.run(a.get('no-such-item')) is None\n"
+        "print('served')\n"
+    )
+    run = _import_with_threads("3", code)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "served"

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::client::customize::CustomizableOperation;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types as sdk;
@@ -44,6 +45,8 @@ use errors::answer_of;
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
     client: Client,
+    /// `client` for the protocol's own requests ([`single_attempt_client`]).
+    attempts: Client,
     config: TableConfig,
     clock: Arc<dyn Clock>,
     sent: Arc<RequestCounts>,
@@ -77,7 +80,8 @@ impl LeaseTable {
     /// A store over `client`; the config is validated first.
     pub fn new(client: Client, config: TableConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self { client, config, clock: Arc::new(SystemClock), sent: Arc::default() })
+        let attempts = single_attempt_client(&client);
+        Ok(Self { client, attempts, config, clock: Arc::new(SystemClock), sent: Arc::default() })
     }
 
     /// A store with the SDK's default configuration (environment, profile; `AWS_ENDPOINT_URL`).
@@ -92,6 +96,8 @@ impl LeaseTable {
         self
     }
 
+    /// The client the table was made with (its own retry configuration; the table's requests go
+    /// through a [`single_attempt_client`] of it).
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -109,7 +115,7 @@ impl LeaseTable {
 
     /// Runs one protocol operation to its end on this table's client and clock.
     pub async fn run<O: Operation>(&self, op: O) -> Result<O::Output> {
-        drive(&self.client, &*self.clock, op, &[], Some(&self.sent)).await
+        drive(&self.attempts, &*self.clock, op, &[], Some(&self.sent)).await
     }
 }
 
@@ -144,11 +150,54 @@ pub(crate) async fn drive<O: Operation>(
     }
 }
 
-/// The protocol retries; the SDK must not (a blind retry of an applied claim would look held).
-fn single_attempt(timeout: Duration) -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::default()
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(TimeoutConfig::builder().operation_attempt_timeout(timeout).build())
+/// `client` set up for the protocol, once: one attempt per request (the protocol retries; a blind
+/// SDK retry of an applied claim would look held) and no stalled-stream monitor (every attempt
+/// has its own deadline). It shares `client`'s connection pool and credentials. Requests through
+/// it need no per-request configuration, which is most of what the SDK adds to a request's CPU
+/// after signing (`make bench`).
+pub fn single_attempt_client(client: &Client) -> Client {
+    if is_single_attempt(client) {
+        return client.clone();
+    }
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .build(),
+    )
+}
+
+fn is_single_attempt(client: &Client) -> bool {
+    client.config().retry_config().is_some_and(|r| r.max_attempts() == 1)
+}
+
+/// For a client that would retry (one given to [`crate::fenced_put`] and friends): retries off
+/// for this request only.
+fn single_attempt_override() -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::default().retry_config(RetryConfig::disabled())
+}
+
+trait OverrideOpt {
+    fn config_override_opt(self, config: Option<aws_sdk_dynamodb::config::Builder>) -> Self;
+}
+
+impl<T, E, B> OverrideOpt for CustomizableOperation<T, E, B> {
+    fn config_override_opt(self, config: Option<aws_sdk_dynamodb::config::Builder>) -> Self {
+        match config {
+            Some(config) => self.config_override(config),
+            None => self,
+        }
+    }
+}
+
+/// `send` under the attempt's deadline: no answer in time is an ambiguous answer (the request
+/// may have been applied), as the SDK's own attempt timeout would report it.
+async fn within<T>(timeout: Duration, send: impl std::future::Future<Output = T>) -> std::result::Result<T, Answer> {
+    tokio::time::timeout(timeout, send)
+        .await
+        .map_err(|_| Answer::Ambiguous(format!("no answer within the attempt's {} ms", timeout.as_millis())))
 }
 
 fn ok(out: Output) -> Answer {
@@ -161,7 +210,8 @@ fn refused(e: Invalid) -> Answer {
 
 /// Sends one request as one attempt and says what came back.
 async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[sdk::TransactWriteItem]) -> Answer {
-    let attempt = || single_attempt(timeout);
+    let retrying = !is_single_attempt(client);
+    let attempt = || retrying.then(single_attempt_override);
     match request {
         Request::GetItem(r) => {
             let sent = client
@@ -170,9 +220,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .set_key(Some(to_sdk_item(&r.key)))
                 .set_consistent_read(r.consistent_read)
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output { item: out.item().map(from_sdk_item), ..Output::default() }),
                 Err(e) => answer_of(e, |_| None),
@@ -192,9 +245,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                     &r.return_values_on_condition_check_failure,
                 ))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output { attributes: out.attributes().map(from_sdk_item), ..Output::default() }),
                 Err(e) => answer_of(e, |e| match e {
@@ -216,9 +272,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .set_limit(r.limit.map(|l| l.min(i32::MAX as u32) as i32))
                 .set_exclusive_start_key(r.exclusive_start_key.as_ref().map(to_sdk_item))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output {
                     items: Some(out.items().iter().map(from_sdk_item).collect()),
@@ -234,9 +293,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .table_name(r.table_name)
                 .set_exclusive_start_key(r.exclusive_start_key.as_ref().map(to_sdk_item))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output {
                     items: Some(out.items().iter().map(from_sdk_item).collect()),
@@ -258,9 +320,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .batch_get_item()
                 .set_request_items(Some(items))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output {
                     responses: convert::responses(out.responses()),
@@ -284,9 +349,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .set_transact_items(Some(items))
                 .set_client_request_token(r.client_request_token)
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(_) => ok(Output::default()),
                 Err(e) => answer_of(e, |e| match e {
@@ -316,9 +384,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .set_key_schema(Some(key_schema))
                 .set_global_secondary_indexes(Some(gsis))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(_) => ok(Output::default()),
                 Err(e) => answer_of(e, |_| None),
@@ -348,9 +419,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .set_attribute_definitions(Some(defs))
                 .set_global_secondary_index_updates(Some(updates))
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(_) => ok(Output::default()),
                 Err(e) => answer_of(e, |_| None),
@@ -358,7 +432,11 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
         }
         Request::DescribeTable(r) => {
             let sent =
-                client.describe_table().table_name(r.table_name).customize().config_override(attempt()).send().await;
+                client.describe_table().table_name(r.table_name).customize().config_override_opt(attempt()).send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output { table: out.table().map(convert::table_description), ..Output::default() }),
                 Err(e) => answer_of(e, |_| None),
@@ -369,9 +447,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .describe_time_to_live()
                 .table_name(r.table_name)
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(out) => ok(Output {
                     time_to_live_description: out.time_to_live_description().map(|d| {
@@ -398,9 +479,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 .table_name(r.table_name)
                 .time_to_live_specification(spec)
                 .customize()
-                .config_override(attempt())
-                .send()
-                .await;
+                .config_override_opt(attempt())
+                .send();
+            let sent = match within(timeout, sent).await {
+                Ok(sent) => sent,
+                Err(answer) => return answer,
+            };
             match sent {
                 Ok(_) => ok(Output::default()),
                 Err(e) => answer_of(e, |_| None),

@@ -26,7 +26,12 @@ pub struct DynamoRegistry {
 
 impl DynamoRegistry {
     pub fn new(client: Client, config: TableConfig) -> Self {
-        Self { client, config, clock: Arc::new(SystemClock), prune_after: None }
+        Self {
+            client: crate::dynamo::single_attempt_client(&client),
+            config,
+            clock: Arc::new(SystemClock),
+            prune_after: None,
+        }
     }
 
     /// The registry in `table`'s table, under its key prefix.

@@ -9,9 +9,9 @@ use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    balance_pace_ms, desired_state_phase_ms, fair_share, hand_over_now, jittered_ms, orphan_query_cutoff,
-    orphan_retry_ms, plan_orphans, stopped_ids, CancelReason, FleetView, OrphanPlan, OrphanPoll, PeerSession,
-    CLAIM_CONCURRENCY,
+    balance_pace_ms, dead_session_owners, desired_state_phase_ms, fair_share, hand_over_now, jittered_ms,
+    orphan_query_cutoff, orphan_retry_ms, plan_orphans, stopped_ids, CancelReason, FleetView, OrphanPlan, OrphanPoll,
+    PeerSession, CLAIM_CONCURRENCY,
 };
 use super::Inner;
 use crate::lease::is_orphan;
@@ -188,11 +188,11 @@ async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
     let sessions = store.sessions(u64::MAX).await?;
     let (now_ms, mono_ms) = (store.clock().now_ms(), store.clock().monotonic_ms());
     let mut peers = Vec::new();
-    let mut dead_owners: Vec<(String, Option<u64>)> = Vec::new();
+    let mut dead_sessions = Vec::new();
     let mut live_keys = Vec::new();
     for s in sessions {
         if s.is_dead(now_ms, config) {
-            dead_owners.push((s.owner, Some(s.epoch)));
+            dead_sessions.push(s);
         } else if s.owner != inner.id {
             let key = (s.owner, s.epoch);
             let first_seen = *balancer.seen.entry(key.clone()).or_insert(mono_ms);
@@ -201,11 +201,9 @@ async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
         }
     }
     balancer.seen.retain(|k, _| live_keys.contains(k));
-    if inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        dead_owners.push((inner.id.clone(), None));
-    }
+    let reclaim_own = inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst);
     let mut dead = Vec::new();
-    for (owner, epoch) in dead_owners {
+    for (owner, epoch) in dead_session_owners(&dead_sessions, &inner.id, reclaim_own) {
         let owned = store.owned_by(&owner).await?;
         let listed = owned.len();
         let ids = owned.into_iter().map(|i| i.id).filter(|id| !inner.is_tracked(id)).collect();
@@ -297,7 +295,7 @@ async fn claim_dead_sessions(inner: &Inner, dead: Vec<DeadSession>) -> Result<()
             return Ok(());
         }
         if listed == 0 {
-            if let Some(epoch) = epoch.filter(|_| owner != inner.id) {
+            if let Some(epoch) = epoch {
                 store.retire_session(&owner, epoch).await?;
             }
             continue;
