@@ -23,8 +23,10 @@ function countingClient() {
   sdk.middlewareStack.add(
     (next, context) => (args) => {
       counts.set(context.commandName, (counts.get(context.commandName) ?? 0) + 1);
-      const values = args.input.ExpressionAttributeValues ?? {};
-      log.push({ command: context.commandName, id: args.input.Key?.connection_id?.S, zero: values[':zero'] !== undefined });
+      // A release or a session end sets the expiry to zero (a renewal also names :zero, in its
+      // condition: a released lease is not renewed).
+      const zero = /#exp = :zero\b/.test(args.input.UpdateExpression ?? '');
+      log.push({ command: context.commandName, id: args.input.Key?.connection_id?.S, zero });
       return next(args);
     },
     { step: 'initialize', name: 'countRequests' },
