@@ -87,10 +87,12 @@ demo:
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
 # make bench: every section merges its keys into bench/results/latest.json (bench/merge.py), then
-# bench/report.py writes bench/REPORT.md and its plots. The run's duration, builds included, is
+# bench/report.py writes bench/REPORT.md and its plots. The file starts empty, so every key in it
+# comes from this run (a section run alone merges into what is there). The run's duration, builds included, is
 # recorded as bench_duration_s.
 bench:
 	@start=$$(date +%s); \
+	rm -f bench/results/latest.json; \
 	$(MAKE) --no-print-directory bench-sections && \
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - start ))}" | python3 bench/merge.py && \
 	$(MAKE) --no-print-directory bench-report
