@@ -353,17 +353,20 @@ def readme_table(r: Dict[str, Any]) -> str:
         f"| writes per connection-hour | {AWS_WRITES_PER_CONNECTION_HOUR} | {fmt(g('writes_per_connection_hour'), 0)} per-item; {fmt(g('session_writes_per_connection_hour'), 1)} session mode |",
         f"| write units per connection-hour (index included) | ~{AWS_WRITES_PER_CONNECTION_HOUR * AWS_UNITS_PER_RENEWAL:,} | {fmt(g('write_units_per_connection_hour'), 0)} per-item; {fmt(g('session_write_units_per_connection_hour'), 1)} session mode |",
         f"| orphan query read units per worker-hour | | {fmt(g('orphan_query_read_units_per_hour'), 0)} (every 2 s) |",
-        f"| client CPU per renew, us | | Rust {fmt(g('rust_cpu_us_per_renew'))}, Python {fmt(g('python_cpu_us_per_renew'))} (boto3 {fmt(g('boto3_cpu_us_per_renew'))}), Node {fmt(g('node_cpu_us_per_renew'))} (JS SDK {fmt(g('jssdk_cpu_us_per_renew'))}) |",
+        f"| client CPU per renew, us | | Rust {fmt(g('rust_cpu_us_per_renew'))}, Python {fmt(g('python_cpu_us_per_renew'))}, asyncio {fmt(g('python_async_cpu_us_per_renew'))} (boto3 {fmt(g('boto3_cpu_us_per_renew'))}), Node {fmt(g('node_cpu_us_per_renew'))} (JS SDK {fmt(g('jssdk_cpu_us_per_renew'))}) |",
         f"| election `run_if_leader`, ops/s | | {fmt(g('election_dynamodb_ops_per_s'))} DynamoDB API, {fmt(g('election_redis_ops_per_s'))} Redis (seed: {SEED_DYNAMODB_OPS} / {SEED_REDIS_OPS:,}) |",
     ]
+    duration = g("bench_duration_s")
+    run = f"one `make bench` run ({duration / 60:.0f} minutes end to end)" if duration else "the sections of `make bench`"
+    ran = (f"Measured by {run} on a 2-core machine against the\n"
+           "local engine (moto); the method, each figure's anchor and the plots are in")
     return "\n".join(
         [
             README_START,
             "",
             "\n".join(rows),
             "",
-            "Measured by the sections of `make bench` on a shared, loaded 2-core machine against the local",
-            "engine (moto); how the run was made, the method, each figure's anchor and the plots are in",
+            ran,
             "[bench/REPORT.md](bench/REPORT.md).",
             README_END,
         ]
