@@ -247,6 +247,11 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
             ratios.append(f"{name} {op}: {ratio(us, g(f'rust_cpu_us_per_{op}'))} Rust, {ratio(g(f'boto3_cpu_us_per_{op}'), us)} less than boto3")
     w("Ratios (the figures to read on this machine; targets <= 1.25x Rust and >= 4x less than boto3): " + "; ".join(ratios) + ". "
       f"Node / JS SDK {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} (target <= 1.3x). "
+      "Python asyncio with 16 leases renewing at once on one loop: "
+      f"{fmt(g('python_async_cpu_us_per_renew_16_concurrent'), 1)} us per renew (a burst of completions shares one wake-up of the loop). "
+      f"Python's own cost of waiting for work done on another thread, measured in the same rounds with no leaselock in it: "
+      f"{fmt(g('python_thread_handoff_cpu_us'), 1)} us blocking, {fmt(g('python_asyncio_handoff_cpu_us'), 1)} us through the event loop; "
+      "their difference is part of what every asyncio call costs beyond a blocking one, whatever the client. "
       f"Node's protocol alone (an in-memory client): {fmt(g('node_protocol_cpu_us_per_renew'), 1)} us; wasm "
       f"{fmt(g('node_wasm_bytes'))} bytes, loads in {fmt(g('node_wasm_load_ms'), 1)} ms.")
     w("")

@@ -31,6 +31,7 @@ from typing import Callable, Dict, List
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 ROUNDS = int(os.environ.get("LEASELOCK_BENCH_ROUNDS", "5"))
+CONCURRENT = 16
 
 
 def per_op_us(op: Callable[[], object], ops: int) -> float:
@@ -71,6 +72,93 @@ def leaselock_figures(ops: int) -> Dict[str, float]:
     alease = asyncio.run(first())
     out["python_async_cpu_us_per_renew"] = per_op_us_async(alease.renew, ops)
     out["python_async_cpu_us_per_acquire"] = per_op_us_async(lambda: atable.acquire("bench", "bench-owner"), ops)
+
+    # What an asyncio worker does: many leases renewing at once on one loop (a burst of
+    # completions shares one wake-up of the loop).
+    async def concurrent() -> float:
+        leases = [await atable.acquire("bench", "bench-owner") for _ in range(CONCURRENT)]
+        rounds = max(ops // CONCURRENT, 20)
+
+        async def renew_all() -> None:
+            await asyncio.gather(*(lease.renew() for lease in leases))
+
+        for _ in range(rounds // 10):
+            await renew_all()
+        start = time.process_time()
+        for _ in range(rounds):
+            await renew_all()
+        return (time.process_time() - start) / (rounds * CONCURRENT) * 1e6
+
+    out[f"python_async_cpu_us_per_renew_{CONCURRENT}_concurrent"] = asyncio.run(concurrent())
+    return out
+
+
+def asyncio_figures(ops: int) -> Dict[str, float]:
+    """Python's own cost of waiting for work done on another thread, with no leaselock in it: a
+    blocking hand-off (the thread wakes the caller) and an asyncio one (the thread writes a
+    socket the loop watches, whose reader resolves the awaited future), as leaselock's blocking
+    and asyncio calls wait for the runtime thread. Their difference is what an asyncio call
+    costs beyond a blocking one whatever the client does."""
+    import queue
+    import threading
+
+    work: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+    answered = threading.Semaphore(0)
+    rx, tx = socket.socketpair()
+    rx.setblocking(False)
+    to_loop = [False]
+
+    def other_thread() -> None:
+        while work.get():
+            if to_loop[0]:
+                tx.send(b"x")
+            else:
+                answered.release()
+
+    thread = threading.Thread(target=other_thread, daemon=True)
+    thread.start()
+
+    def blocking() -> None:
+        work.put(1)
+        answered.acquire()
+
+    out = {"python_thread_handoff_cpu_us": per_op_us(blocking, ops)}
+    to_loop[0] = True
+
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        waiting: "List[asyncio.Future[None]]" = []
+
+        def readable() -> None:
+            rx.recv(64)
+            waiting.pop().set_result(None)
+
+        loop.add_reader(rx.fileno(), readable)
+
+        def handoff() -> "asyncio.Future[None]":
+            fut = loop.create_future()
+            waiting.append(fut)
+            work.put(1)
+            return fut
+
+        try:
+            return await measure(handoff)
+        finally:
+            loop.remove_reader(rx.fileno())
+
+    async def measure(op: Callable[[], "asyncio.Future[None]"]) -> float:
+        for _ in range(ops // 10):
+            await op()
+        start = time.process_time()
+        for _ in range(ops):
+            await op()
+        return (time.process_time() - start) / ops * 1e6
+
+    out["python_asyncio_handoff_cpu_us"] = asyncio.run(run())
+    work.put(0)
+    thread.join()
+    rx.close()
+    tx.close()
     return out
 
 
@@ -154,6 +242,7 @@ def main() -> None:
             lambda: leaselock_figures(ops),
             lambda: json.loads(subprocess.run([rust_bench, str(ops)], check=True, capture_output=True, text=True).stdout),
             lambda: boto3_figures(max(ops // 3, 300)),
+            lambda: asyncio_figures(ops),
         ]
         samples: List[Dict[str, float]] = []
         for r in range(ROUNDS):
@@ -187,6 +276,11 @@ def main() -> None:
         for key in ("python", "python_async"):
             us = figures[f"{key}_cpu_us_per_{op}"]
             print(f"{key} {op}: {us / rust_us:.2f}x Rust, {boto_us / us:.1f}x less than boto3")
+    print(
+        f"{CONCURRENT} leases renewing at once on one loop: {figures[f'python_async_cpu_us_per_renew_{CONCURRENT}_concurrent']} us "
+        f"per renew; Python's own hand-off to another thread and back: {figures['python_thread_handoff_cpu_us']} us "
+        f"blocking, {figures['python_asyncio_handoff_cpu_us']} us through the event loop"
+    )
     if before:
         print(f"baseline build ({baseline}), same run:")
         for key, us in sorted(before.items()):
