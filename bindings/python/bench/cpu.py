@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Awaitable, Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "bench" / "results" / "latest.json"
@@ -43,16 +43,18 @@ def per_op_us(op: Callable[[], object], ops: int) -> float:
     return (time.process_time() - start) / ops * 1e6
 
 
-def per_op_us_async(op: Callable[[], "asyncio.Future[object]"], ops: int) -> float:
-    async def run() -> float:
-        for _ in range(ops // 10):
-            await op()
-        start = time.process_time()
-        for _ in range(ops):
-            await op()
-        return (time.process_time() - start) / ops * 1e6
+async def per_op_us_awaited(op: Callable[[], "Awaitable[object]"], ops: int) -> float:
+    """`per_op_us` for an awaitable operation, on the running loop."""
+    for _ in range(ops // 10):
+        await op()
+    start = time.process_time()
+    for _ in range(ops):
+        await op()
+    return (time.process_time() - start) / ops * 1e6
 
-    return asyncio.run(run())
+
+def per_op_us_async(op: Callable[[], "Awaitable[object]"], ops: int) -> float:
+    return asyncio.run(per_op_us_awaited(op, ops))
 
 
 def leaselock_figures(ops: int) -> Dict[str, float]:
@@ -142,17 +144,9 @@ def asyncio_figures(ops: int) -> Dict[str, float]:
             return fut
 
         try:
-            return await measure(handoff)
+            return await per_op_us_awaited(handoff, ops)
         finally:
             loop.remove_reader(rx.fileno())
-
-    async def measure(op: Callable[[], "asyncio.Future[None]"]) -> float:
-        for _ in range(ops // 10):
-            await op()
-        start = time.process_time()
-        for _ in range(ops):
-            await op()
-        return (time.process_time() - start) / ops * 1e6
 
     out["python_asyncio_handoff_cpu_us"] = asyncio.run(run())
     work.put(0)
