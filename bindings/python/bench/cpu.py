@@ -84,12 +84,7 @@ def leaselock_figures(ops: int) -> Dict[str, float]:
         async def renew_all() -> None:
             await asyncio.gather(*(lease.renew() for lease in leases))
 
-        for _ in range(rounds // 10):
-            await renew_all()
-        start = time.process_time()
-        for _ in range(rounds):
-            await renew_all()
-        return (time.process_time() - start) / (rounds * CONCURRENT) * 1e6
+        return await per_op_us_awaited(renew_all, rounds) / CONCURRENT
 
     out[f"python_async_cpu_us_per_renew_{CONCURRENT}_concurrent"] = asyncio.run(concurrent())
     return out
@@ -99,8 +94,8 @@ def asyncio_figures(ops: int) -> Dict[str, float]:
     """Python's own cost of waiting for work done on another thread, with no leaselock in it: a
     blocking hand-off (the thread wakes the caller) and an asyncio one (the thread writes a
     socket the loop watches, whose reader resolves the awaited future), as leaselock's blocking
-    and asyncio calls wait for the runtime thread. Their difference is what an asyncio call
-    costs beyond a blocking one whatever the client does."""
+    and asyncio calls wait for the runtime thread. Their difference is part of what an asyncio
+    call costs beyond a blocking one, whatever the client does."""
     import queue
     import threading
 

@@ -17,13 +17,12 @@ use pyo3::prelude::*;
 
 pub(crate) use wake::awaitable;
 
-/// How many worker threads the binding's runtime has: `LEASELOCK_RUNTIME_THREADS`, 1 by default.
-/// A Python process's lease I/O is light next to its Python work, and each extra worker adds
-/// cross-thread wake-ups to every request (measured in `make bench`: about 13% of the CPU of a
-/// renewal on two cores). No runtime thread ever waits for the GIL (handlers are entered from
-/// `spawn_blocking` threads), so one thread keeps renewing while Python code is busy.
-static RUNTIME_THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-
+/// How many worker threads the binding's runtime has: `LEASELOCK_RUNTIME_THREADS`, 1 by default
+/// (checked when the module is imported). A Python process's lease I/O is light next to its
+/// Python work, and each extra worker adds cross-thread wake-ups to every request (about 13% of
+/// the CPU of a renewal on two cores, measured side by side). No runtime thread ever waits for
+/// the GIL (handlers are entered from `spawn_blocking` threads), so one thread keeps renewing
+/// while Python code is busy.
 fn runtime_threads_from_env() -> Result<usize, String> {
     match std::env::var("LEASELOCK_RUNTIME_THREADS") {
         Err(_) => Ok(1),
@@ -38,9 +37,8 @@ fn runtime_threads_from_env() -> Result<usize, String> {
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| {
-        let threads = *RUNTIME_THREADS.get_or_init(|| runtime_threads_from_env().unwrap_or(1));
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
+            .worker_threads(runtime_threads_from_env().unwrap_or(1))
             .thread_name("leaselock-runtime")
             .enable_all()
             .build()
@@ -52,7 +50,7 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 /// through here. The operation runs as a task on the runtime thread, next to the connection task
 /// it talks to, and this thread only waits for its end: one wake-up each way per call. (Polling
 /// it here with `block_on` would make every step of the exchange a cross-thread wake-up: about
-/// 15% more CPU per renewal, `make bench`.)
+/// 15% more CPU per renewal, measured side by side.)
 pub(crate) fn detached<F>(py: Python<'_>, fut: F) -> F::Output
 where
     F: Future + Send + 'static,
@@ -88,8 +86,7 @@ pub(crate) fn seconds_left(deadline_ms: u64, now_ms: u64) -> f64 {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let threads = runtime_threads_from_env().map_err(pyo3::exceptions::PyValueError::new_err)?;
-    let _ = RUNTIME_THREADS.set(threads);
+    runtime_threads_from_env().map_err(pyo3::exceptions::PyValueError::new_err)?;
     errors::register(m)?;
     m.add_class::<table::PyLeaseTable>()?;
     m.add_class::<lease::PyLease>()?;

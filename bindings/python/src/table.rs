@@ -2,6 +2,8 @@
 //! and an awaitable one (`*_async`).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,6 +84,51 @@ impl PyLeaseTable {
             return Err(invalid(py, "mode", "sessions need a table opened with mode=\"session\""));
         }
         Ok(self.store())
+    }
+}
+
+/// One operation, as both forms of a method run it: `wait` for the blocking one, `awaitable` for
+/// the `*_async` one.
+type Op<T> = Pin<Box<dyn Future<Output = leaselock::Result<T>> + Send>>;
+
+impl PyLeaseTable {
+    fn sessions_op(&self, py: Python<'_>) -> PyResult<Op<Vec<PySessionItem>>> {
+        let store = self.session_store(py)?;
+        Ok(Box::pin(async move { store.sessions(u64::MAX).await.map(session_items) }))
+    }
+    fn create_table_op(&self) -> Op<()> {
+        let t = self.table.clone();
+        Box::pin(async move { t.create_table().await })
+    }
+    fn start_op(&self, id: String, url: String) -> Op<PyLeaseItem> {
+        let t = self.table.clone();
+        Box::pin(async move { t.start(&id, &url).await.map(PyLeaseItem::from) })
+    }
+    fn stop_op(&self, id: String) -> Op<PyLeaseItem> {
+        let t = self.table.clone();
+        Box::pin(async move { t.stop(&id).await.map(PyLeaseItem::from) })
+    }
+    /// A claim; `renewed` makes it a `hold()`, renewed in the background.
+    fn acquire_op(&self, id: String, owner: String, renewed: bool) -> Op<PyLease> {
+        let store = self.store();
+        Box::pin(async move { Hold::acquire(store, &id, &owner, renewed).await.map(PyLease::from) })
+    }
+    fn get_op(&self, id: String) -> Op<Option<PyLeaseItem>> {
+        let t = self.table.clone();
+        Box::pin(async move { t.get(&id).await.map(|i| i.map(PyLeaseItem::from)) })
+    }
+    fn orphans_op(&self, limit: Option<usize>) -> Op<Vec<PyLeaseItem>> {
+        let t = self.table.clone();
+        let cutoff = claim_cutoff(t.clock().now_ms(), t.config());
+        Box::pin(async move { t.orphans(cutoff, limit).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect()) })
+    }
+    fn desired_states_op(&self, ids: Vec<String>) -> Op<HashMap<String, Option<String>>> {
+        let t = self.table.clone();
+        Box::pin(async move { t.batch_desired_states(&ids).await.map(states) })
+    }
+    fn owned_by_op(&self, owner: String) -> Op<Vec<PyLeaseItem>> {
+        let t = self.table.clone();
+        Box::pin(async move { t.owned_by(&owner).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect()) })
     }
 }
 
@@ -176,8 +223,7 @@ impl PyLeaseTable {
         wait(py, session::create(store, owner, previous_epoch))
     }
     fn sessions(&self, py: Python<'_>) -> PyResult<Vec<PySessionItem>> {
-        let store = self.session_store(py)?;
-        wait(py, async move { store.sessions(u64::MAX).await.map(session_items) })
+        wait(py, self.sessions_op(py)?)
     }
     #[pyo3(signature = (owner, *, previous_epoch=None))]
     fn create_session_async<'py>(
@@ -190,90 +236,65 @@ impl PyLeaseTable {
         awaitable(py, session::create(store, owner, previous_epoch))
     }
     fn sessions_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.session_store(py)?;
-        awaitable(py, async move { store.sessions(u64::MAX).await.map(session_items) })
+        awaitable(py, self.sessions_op(py)?)
     }
 
     fn create_table(&self, py: Python<'_>) -> PyResult<()> {
-        let t = self.table.clone();
-        wait(py, async move { t.create_table().await })
+        wait(py, self.create_table_op())
     }
     fn start(&self, py: Python<'_>, id: String, url: String) -> PyResult<PyLeaseItem> {
-        let t = self.table.clone();
-        wait(py, async move { t.start(&id, &url).await }).map(Into::into)
+        wait(py, self.start_op(id, url))
     }
     fn stop(&self, py: Python<'_>, id: String) -> PyResult<PyLeaseItem> {
-        let t = self.table.clone();
-        wait(py, async move { t.stop(&id).await }).map(Into::into)
+        wait(py, self.stop_op(id))
     }
     fn acquire(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        let store = self.store();
-        wait(py, async move { Hold::acquire(store, &id, &owner, false).await }).map(Into::into)
+        wait(py, self.acquire_op(id, owner, false))
     }
     fn hold(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        let store = self.store();
-        wait(py, async move { Hold::acquire(store, &id, &owner, true).await }).map(Into::into)
+        wait(py, self.acquire_op(id, owner, true))
     }
     fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<PyLeaseItem>> {
-        let t = self.table.clone();
-        wait(py, async move { t.get(&id).await }).map(|i| i.map(Into::into))
+        wait(py, self.get_op(id))
     }
     #[pyo3(signature = (limit=None))]
     fn orphans(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyLeaseItem>> {
-        let cutoff = claim_cutoff(self.table.clock().now_ms(), self.table.config());
-        let t = self.table.clone();
-        wait(py, async move { t.orphans(cutoff, limit).await }).map(|v| v.into_iter().map(Into::into).collect())
+        wait(py, self.orphans_op(limit))
     }
     fn desired_states(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<HashMap<String, Option<String>>> {
-        let t = self.table.clone();
-        wait(py, async move { t.batch_desired_states(&ids).await }).map(states)
+        wait(py, self.desired_states_op(ids))
     }
     fn owned_by(&self, py: Python<'_>, owner: String) -> PyResult<Vec<PyLeaseItem>> {
-        let t = self.table.clone();
-        wait(py, async move { t.owned_by(&owner).await }).map(|v| v.into_iter().map(Into::into).collect())
+        wait(py, self.owned_by_op(owner))
     }
 
     fn create_table_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move { t.create_table().await })
+        awaitable(py, self.create_table_op())
     }
     fn start_async<'py>(&self, py: Python<'py>, id: String, url: String) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move { t.start(&id, &url).await.map(PyLeaseItem::from) })
+        awaitable(py, self.start_op(id, url))
     }
     fn stop_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move { t.stop(&id).await.map(PyLeaseItem::from) })
+        awaitable(py, self.stop_op(id))
     }
     fn acquire_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store();
-        awaitable(py, async move { Hold::acquire(store, &id, &owner, false).await.map(PyLease::from) })
+        awaitable(py, self.acquire_op(id, owner, false))
     }
     fn hold_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store();
-        awaitable(py, async move { Hold::acquire(store, &id, &owner, true).await.map(PyLease::from) })
+        awaitable(py, self.acquire_op(id, owner, true))
     }
     fn get_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move { t.get(&id).await.map(|i| i.map(PyLeaseItem::from)) })
+        awaitable(py, self.get_op(id))
     }
     #[pyo3(signature = (limit=None))]
     fn orphans_async<'py>(&self, py: Python<'py>, limit: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        let cutoff = claim_cutoff(t.clock().now_ms(), t.config());
-        awaitable(py, async move {
-            t.orphans(cutoff, limit).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect::<Vec<_>>())
-        })
+        awaitable(py, self.orphans_op(limit))
     }
     fn desired_states_async<'py>(&self, py: Python<'py>, ids: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move { t.batch_desired_states(&ids).await.map(states) })
+        awaitable(py, self.desired_states_op(ids))
     }
     fn owned_by_async<'py>(&self, py: Python<'py>, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.table.clone();
-        awaitable(py, async move {
-            t.owned_by(&owner).await.map(|v| v.into_iter().map(PyLeaseItem::from).collect::<Vec<_>>())
-        })
+        awaitable(py, self.owned_by_op(owner))
     }
 }
 
