@@ -23,10 +23,12 @@ lint:
 	$(CARGO) clippy -p leaselock --no-default-features -- -D warnings
 	scripts/install-wasm-target.sh build -p leaselock --no-default-features --target wasm32-unknown-unknown
 
-# What scripts/local_engine.py changes in moto, checked over HTTP.
+# What scripts/local_engine.py changes in moto, checked over HTTP; and wrappers running at once
+# sharing one engine and one Redis (scripts/test_services.sh).
 test-engine:
 	scripts/services.sh install
 	scripts/with-services.sh .venv/bin/python scripts/test_local_engine.py
+	scripts/test_services.sh
 
 # Runs the tests of every crate, the Lambdas' handler tests included.
 test-rust:

@@ -245,6 +245,12 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
         for op in ("renew", "acquire"):
             us = g(f"{key}_cpu_us_per_{op}")
             ratios.append(f"{name} {op}: {ratio(us, g(f'rust_cpu_us_per_{op}'))} Rust, {ratio(g(f'boto3_cpu_us_per_{op}'), us)} less than boto3")
+    pinned = ("The same hand-offs with the process on one CPU, so that no wake-up crosses CPUs: "
+              f"{fmt(g('python_thread_handoff_pinned_cpu_us'), 1)} us and {fmt(g('python_asyncio_handoff_pinned_cpu_us'), 1)} us. "
+              "Every leaselock call makes one such round trip (the caller wakes the runtime thread, which wakes it back), "
+              "a boto3 call none (its own thread does the I/O), so the difference is a cost of this machine's "
+              "cross-CPU wake-ups that the leaselock figures carry and boto3's do not. "
+              if g('python_thread_handoff_pinned_cpu_us') is not None else "")
     w("Ratios (the figures to read on this machine; targets <= 1.25x Rust and >= 4x less than boto3): " + "; ".join(ratios) + ". "
       f"Node / JS SDK {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} (target <= 1.3x). "
       "Python asyncio with 16 leases renewing at once on one loop: "
@@ -252,7 +258,8 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
       f"Python's own cost of waiting for work done on another thread, measured in the same rounds with no leaselock in it: "
       f"{fmt(g('python_thread_handoff_cpu_us'), 1)} us blocking, {fmt(g('python_asyncio_handoff_cpu_us'), 1)} us through the event loop; "
       "their difference is part of what every asyncio call costs beyond a blocking one, whatever the client. "
-      f"Node's protocol alone (an in-memory client): {fmt(g('node_protocol_cpu_us_per_renew'), 1)} us; wasm "
+      + pinned
+      + f"Node's protocol alone (an in-memory client): {fmt(g('node_protocol_cpu_us_per_renew'), 1)} us; wasm "
       f"{fmt(g('node_wasm_bytes'))} bytes, loads in {fmt(g('node_wasm_load_ms'), 1)} ms.")
     w("")
     w("Method: process CPU (user + system: `getrusage`, `time.process_time()`, `process.cpuUsage()`), not wall "

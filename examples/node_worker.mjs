@@ -10,7 +10,8 @@
 // Settings come from the same environment variables as the CLI (LEASELOCK_TABLE,
 // LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
 // LEASELOCK_KEY_PREFIX, LEASELOCK_MODE, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS,
-// LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS),
+// LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS,
+// LEASELOCK_NO_BALANCE),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
@@ -127,6 +128,8 @@ const worker = new Worker({
   maxConnections: number('LEASELOCK_MAX_CONNECTIONS'),
   orphanIntervalMs: number('LEASELOCK_ORPHAN_INTERVAL_MS'),
   desiredStateIntervalMs: number('LEASELOCK_DESIRED_STATE_INTERVAL_MS'),
+  // Session mode balances the fleet's work unless LEASELOCK_NO_BALANCE is set (as the CLI's).
+  balance: /^(1|true|yes|on)$/i.test(env.LEASELOCK_NO_BALANCE ?? '') ? false : undefined,
   handler: (conn, signal) => stream(conn, signal, worker.workerId),
 });
 console.error(`worker ${worker.workerId}: running`);

@@ -52,6 +52,8 @@ worker = leaselock.Worker(
     orphan_interval_ms=int(env("LEASELOCK_ORPHAN_INTERVAL_MS", "2000")),
     desired_state_interval_ms=int(env("LEASELOCK_DESIRED_STATE_INTERVAL_MS", "10000")),
     metrics_interval_ms=int(env("LEASELOCK_METRICS_INTERVAL_MS", "60000")),
+    # Session mode balances the fleet's work unless LEASELOCK_NO_BALANCE is set (as the CLI's).
+    balance=env("LEASELOCK_NO_BALANCE", "").lower() not in ("1", "true", "yes", "on"),
 )
 
 

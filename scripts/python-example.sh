@@ -16,11 +16,22 @@ export LEASELOCK_MODE=$1
 run=$RANDOM$RANDOM
 export LEASELOCK_TABLE=pyex-$run LEASELOCK_MESSAGES_TABLE=pyex-msgs-$run LEASELOCK_LEASE_MS=3000
 export LEASELOCK_RENEW_MS=1000 LEASELOCK_CLOCK_SKEW_MS=500 LEASELOCK_ORPHAN_INTERVAL_MS=300
-port=$((20000 + RANDOM % 20000))
 $L table create >/dev/null
-$L upstream --listen "127.0.0.1:$port" --rate 20 >/dev/null 2>&1 &
+# The feed binds a port of the system's choosing (a random fixed one may be taken) and says
+# which on its first line: `upstream: ws://127.0.0.1:PORT (...)`.
+feedlog=$(mktemp)
+$L upstream --listen 127.0.0.1:0 --rate 20 >/dev/null 2>"$feedlog" &
 pids+=($!)
-for s in s1 s2 s3; do $L start $s --url "ws://127.0.0.1:$port/$s" >/dev/null; done
+addr=
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's|^upstream: ws://\([0-9.:]*\) .*|\1|p' "$feedlog" | head -n 1)
+  [[ -n $addr ]] && break
+  kill -0 "${pids[-1]}" 2>/dev/null || { echo "the local feed exited: $(cat "$feedlog")" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n $addr ]] || { echo "the local feed did not start within 10 s" >&2; exit 1; }
+rm -f "$feedlog"
+for s in s1 s2 s3; do $L start $s --url "ws://$addr/$s" >/dev/null; done
 
 # Each worker runs until its streams have moved `$1` messages past where they started.
 work() {

@@ -3,6 +3,7 @@
 #   scripts/redis.sh start   install redis-server (Debian package) if missing, start, wait for PONG
 #   scripts/redis.sh stop    stop the server this script started (by its pid)
 #   scripts/redis.sh status
+#   scripts/redis.sh acquire|release PID   shared between wrappers (service-lib.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${REDIS_PORT:-6390}"
@@ -31,5 +32,6 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  acquire | release) "$1" "${2:?a user pid}" ;;
+  *) echo "usage: $0 start|stop|status|acquire PID|release PID" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@
 #   scripts/services.sh stop    stop the server this script started (by its pid)
 #   scripts/services.sh status
 #   scripts/services.sh install only install what is missing (.venv, moto)
+#   scripts/services.sh acquire|release PID   moto only, shared between wrappers (service-lib.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${MOTO_PORT:-4566}"
@@ -36,5 +37,6 @@ case "${1:-start}" in
   stop) stop; scripts/redis.sh stop ;;
   status) status || exit 1; scripts/redis.sh status ;;
   install) install ;;
-  *) echo "usage: $0 start|stop|status|install" >&2; exit 2 ;;
+  acquire | release) "$1" "${2:?a user pid}" ;;
+  *) echo "usage: $0 start|stop|status|install|acquire PID|release PID" >&2; exit 2 ;;
 esac

@@ -42,6 +42,15 @@ export interface SessionItem {
   owner: string;
   epoch: number;
   expiresAtMs: number;
+  /** What the session reported at its last renewal (balancing workers), when it did. */
+  heldConnections?: number;
+  maxConnections?: number;
+}
+
+/** What a session renewal reports for the fleet's balance. */
+export interface SessionLoad {
+  held: number;
+  maxConnections: number;
 }
 
 /** Session mode: one worker's session (one epoch of its session item). */
@@ -52,10 +61,13 @@ export declare class Session {
   readonly expiresAtMs: number;
   /** When everything held under the session must stop acting, on the `performance.now()` clock. */
   readonly deadline: number;
-  /** One write for everything held under it; LeaseLostError once it is gone or taken over. */
-  renew(options?: Abortable): Promise<this>;
+  /**
+   * One write for everything held under it; LeaseLostError once it is gone or taken over.
+   * With `load` the same write reports what the worker holds (fleet-aware balance).
+   */
+  renew(options?: Abortable & { load?: SessionLoad }): Promise<this>;
   /** Expiry 0 with one write: everything held under it is free at once. */
-  end(options?: Abortable): Promise<void>;
+  end(options?: Abortable & { load?: SessionLoad }): Promise<void>;
   /** Claims STARTED work (a dead session's by one transaction); LeaseHeldError while held. */
   claim(id: string, options?: Abortable): Promise<Lease>;
   toJSON(): SessionItem & { deadline: number };
@@ -141,6 +153,11 @@ export interface WorkerOptions {
   handlerGraceMs?: number;
   /** The hint queue's long-poll wait (default 5000, at most 20000). */
   hintWaitMs?: number;
+  /**
+   * Session mode: report the load in every session renewal, claim no more than the fair share
+   * of the fleet's work and hand the excess over (default true).
+   */
+  balance?: boolean;
   logger?: {
     warn(message: string, fields?: object): void;
     info?(message: string, fields?: object): void;
@@ -156,6 +173,8 @@ export interface WorkerSnapshot {
   acquireErrors: number;
   leasesLost: number;
   released: number;
+  /** Connections released and hinted because this worker was above its fair share. */
+  handedOver: number;
   handlerErrors: number;
   orphanPolls: number;
   hintsReceived: number;
@@ -163,6 +182,8 @@ export interface WorkerSnapshot {
   sessionEpoch?: number | null;
   /** Session mode: connections claimed from dead sessions. */
   sessionTakeovers?: number;
+  /** Session mode with balance: the most held after claiming (the fair share); else null. */
+  claimLimit?: number | null;
   stopping: boolean;
 }
 

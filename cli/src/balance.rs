@@ -5,13 +5,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
+use leaselock::worker::decide::DEFAULT_DESIRED_STATE_INTERVAL;
 use leaselock::{Clock, LeaseItem, LeaseMode, LeaseStore, LeaseTable, SystemClock, TableConfig};
 use tokio::time::Instant;
 
-use crate::demo::{messages_by_stream, say, status_line, Fleet, LocalFeed, Stage};
+use crate::demo::{messages_by_stream, say, status_line, Fleet, Language, Launch, LocalFeed, Runtimes, Stage};
 use crate::{other, CliResult, Failure, TableArgs};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -43,6 +44,13 @@ pub struct BalanceArgs {
     /// Where worker logs go.
     #[arg(long, default_value = ".demo")]
     pub dir: PathBuf,
+    /// Languages of the workers, in turn (worker i runs the i-th, cycling; the first claims
+    /// everything): `rust` is `leaselock worker`, `python` examples/python_worker.py, `node`
+    /// examples/node_worker.mjs.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "rust")]
+    pub languages: Vec<Language>,
+    #[command(flatten)]
+    pub runtimes: Runtimes,
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -50,6 +58,8 @@ struct Report {
     balance: &'static str,
     connections: usize,
     workers: u64,
+    /// The language of each worker, in the order started.
+    languages: Vec<Language>,
     stagger_ms: u64,
     /// From the last worker's start until every worker held its share (and all was held).
     balanced_after_last_start_ms: Option<u64>,
@@ -123,29 +133,35 @@ pub async fn run(args: &TableArgs, b: BalanceArgs) -> CliResult {
 
     let logs = b.dir.join(&run_id);
     std::fs::create_dir_all(&logs).map_err(other)?;
-    let exe = std::env::current_exe().map_err(other)?;
+    if b.languages.is_empty() {
+        return Err(other("--languages: at least one language"));
+    }
+    let languages: Vec<Language> = b.languages.iter().copied().cycle().take(b.workers as usize).collect();
+    let desired_state_interval_ms = DEFAULT_DESIRED_STATE_INTERVAL.as_millis() as u64;
+    let launch =
+        Launch::new(&b.runtimes, &targs, &config, &queue_url, b.orphan_interval_ms, desired_state_interval_ms)?;
     let spawn = |i: u64| -> CliResult<(String, std::process::Child)> {
-        let name = format!("balance-w{i}");
+        let language = languages[i as usize];
+        let name = format!("balance-w{i}-{}", language.as_str());
         let log = std::fs::File::create(logs.join(format!("{name}.log"))).map_err(other)?;
-        let child = Command::new(&exe)
-            .args(["--table", &lease_table, "--messages-table", &messages_table])
-            .args(["--index-name", &config.index_name, "--key-prefix", &config.key_prefix])
-            .args(["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()])
-            .args(["--skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()])
-            .args(["worker", "--worker-id", &name, "--queue-url", &queue_url, "--metrics-interval-ms", "5000"])
-            .args(["--orphan-interval-ms", &b.orphan_interval_ms.to_string()])
-            .env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| "info".into()))
+        let child = launch
+            .command(language, &name)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(other)?)
             .stderr(log)
             .spawn()
-            .map_err(other)?;
+            .map_err(|e| other(format!("starting the {} worker {name}: {e}", language.as_str())))?;
         Ok((name, child))
     };
-    let mut fleet = Fleet { children: Vec::new(), languages: Vec::new() };
+    let mut fleet = Fleet { children: Vec::new(), languages: languages.clone() };
     let n = ids.len();
-    let mut report =
-        Report { connections: n, workers: b.workers, stagger_ms: b.stagger_secs * 1000, ..Report::default() };
+    let mut report = Report {
+        connections: n,
+        workers: b.workers,
+        languages: languages.clone(),
+        stagger_ms: b.stagger_secs * 1000,
+        ..Report::default()
+    };
 
     // The first worker claims everything; the fences then are where hand-overs are counted from.
     fleet.children.push(spawn(0)?);

@@ -29,7 +29,7 @@ pub enum Language {
 }
 
 impl Language {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Language::Rust => "rust",
             Language::Python => "python",
@@ -74,6 +74,13 @@ pub struct DemoArgs {
     /// without this, to the busiest worker not hit yet.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub victims: Vec<Language>,
+    #[command(flatten)]
+    pub runtimes: Runtimes,
+}
+
+/// What runs the workers that are not `leaselock worker` (the demo's and the balance scenario's).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Runtimes {
     /// The Python interpreter with the binding installed (default: the repository's .venv).
     #[arg(long)]
     pub python: Option<PathBuf>,
@@ -217,7 +224,7 @@ impl Drop for Fleet {
 
 /// How a worker of each language is started: all of them get the same tables, lease settings,
 /// hint queue and intervals (the CLI's flags, the examples' LEASELOCK_* environment).
-struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     exe: PathBuf,
     python: PathBuf,
     node: PathBuf,
@@ -230,8 +237,31 @@ struct Launch<'a> {
     desired_state_interval_ms: u64,
 }
 
-impl Launch<'_> {
-    fn command(&self, language: Language, name: &str) -> Command {
+impl<'a> Launch<'a> {
+    /// Workers of `targs`' tables (`config`) and of the hint queue, run by `runtimes`.
+    pub(crate) fn new(
+        runtimes: &Runtimes,
+        targs: &'a TableArgs,
+        config: &'a TableConfig,
+        queue_url: &'a str,
+        orphan_interval_ms: u64,
+        desired_state_interval_ms: u64,
+    ) -> CliResult<Self> {
+        Ok(Launch {
+            exe: std::env::current_exe().map_err(other)?,
+            python: runtimes.python.clone().unwrap_or_else(|| repo_root().join(".venv/bin/python")),
+            node: runtimes.node.clone(),
+            examples: runtimes.examples.clone().unwrap_or_else(|| repo_root().join("examples")),
+            lease_table: &targs.table_name,
+            messages_table: &targs.messages_table,
+            config,
+            queue_url,
+            orphan_interval_ms,
+            desired_state_interval_ms,
+        })
+    }
+
+    pub(crate) fn command(&self, language: Language, name: &str) -> Command {
         let c = self.config;
         let mut cmd = match language {
             Language::Rust => {
@@ -545,18 +575,8 @@ pub async fn run(args: &TableArgs, d: DemoArgs) -> CliResult {
 
     let logs = d.dir.join(&run_id);
     std::fs::create_dir_all(&logs).map_err(other)?;
-    let launch = Launch {
-        exe: std::env::current_exe().map_err(other)?,
-        python: d.python.clone().unwrap_or_else(|| repo_root().join(".venv/bin/python")),
-        node: d.node.clone(),
-        examples: d.examples.clone().unwrap_or_else(|| repo_root().join("examples")),
-        lease_table: &lease_table,
-        messages_table: &messages_table,
-        config: &config,
-        queue_url: &queue_url,
-        orphan_interval_ms: d.orphan_interval_ms,
-        desired_state_interval_ms: d.desired_state_interval_ms,
-    };
+    let launch =
+        Launch::new(&d.runtimes, &targs, &config, &queue_url, d.orphan_interval_ms, d.desired_state_interval_ms)?;
     let mut fleet = Fleet { children: Vec::new(), languages: Vec::new() };
     for (i, language) in d.fleet_languages().into_iter().enumerate() {
         let name = format!("demo-w{i}-{}", language.as_str());

@@ -13,10 +13,28 @@ fn unique(label: &str) -> String {
     format!("{label}-{}-{}-{ms}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
 }
 
-fn scratch(label: &str) -> PathBuf {
+/// A scratch directory, removed when the test passes (kept for a look when it fails).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(label: &str) -> Scratch {
     let dir = std::env::temp_dir().join(unique(&format!("leaselock-cli-{label}")));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn redis_url() -> Option<String> {

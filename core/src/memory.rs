@@ -87,6 +87,21 @@ impl MemoryStore {
         Error::Lost { id: self.config.session_id(owner) }
     }
 
+    fn end_session_with(&self, session: &Session, load: Option<SessionLoad>) -> Result<()> {
+        let key = self.config.key(&self.config.session_id(&session.owner));
+        let mut items = self.items.lock().expect("memory store poisoned");
+        match items.get_mut(&key) {
+            Some(item) if item.fence == session.epoch => {
+                item.expires_at_ms = Some(0);
+                if let Some(load) = load {
+                    self.sessions.lock().expect("memory store poisoned").loads.insert(key, load);
+                }
+                Ok(())
+            }
+            _ => Err(self.session_lost(&session.owner)),
+        }
+    }
+
     fn renew_session_with(&self, session: &mut Session, load: Option<SessionLoad>) -> Result<()> {
         let now = self.clock.now_ms();
         let sent = self.clock.monotonic_ms();
@@ -289,15 +304,11 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn end_session(&self, session: &Session) -> Result<()> {
-        let key = self.config.key(&self.config.session_id(&session.owner));
-        let mut items = self.items.lock().expect("memory store poisoned");
-        match items.get_mut(&key) {
-            Some(item) if item.fence == session.epoch => {
-                item.expires_at_ms = Some(0);
-                Ok(())
-            }
-            _ => Err(self.session_lost(&session.owner)),
-        }
+        self.end_session_with(session, None)
+    }
+
+    async fn end_session_reporting(&self, session: &Session, load: SessionLoad) -> Result<()> {
+        self.end_session_with(session, Some(load))
     }
 
     async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {

@@ -96,6 +96,12 @@ pub trait LeaseStore: MaybeSendSync {
         let _ = session;
         Err(unsupported())
     }
+    /// [`LeaseStore::end_session`] that also records `load`, what the end frees, on the session
+    /// item in the same write. A store without it ends without reporting.
+    async fn end_session_reporting(&self, session: &Session, load: SessionLoad) -> Result<()> {
+        let _ = load;
+        self.end_session(session).await
+    }
     /// Takes a dead session without connections out of the session listing; `false` when it
     /// was not dead (renewed, or a new epoch).
     async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {

@@ -7,7 +7,7 @@ mod worker_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leaselock::worker::{BoxError, Connection, Worker};
+use leaselock::worker::Worker;
 use leaselock::{DesiredState, Error, Hint, LeaseItem, LeaseStore, LeaseTable, TableConfig};
 use worker_support::*;
 
@@ -30,18 +30,7 @@ async fn a_hint_for_an_id_without_an_item_creates_nothing() {
     table.release(&leader).await.unwrap();
     let before = scan(&table).await;
 
-    let worker = Worker::builder(Arc::new(table.clone()))
-        .orphan_interval(Duration::from_secs(600))
-        .hint_queue(sqs.clone(), &queue)
-        .hint_wait(Duration::from_secs(1))
-        .metrics_writer(Lines::default())
-        .build(|conn: Connection| async move {
-            conn.cancelled().await;
-            Ok::<(), BoxError>(())
-        })
-        .unwrap();
-    let handle = worker.handle();
-    let task = tokio::spawn(worker.run_until(std::future::pending()));
+    let (handle, task) = spawn_hinted(Worker::builder(Arc::new(table.clone())), &sqs, &queue, Duration::from_secs(600));
     for id in ["typo-1", "stopped", "leader", "typo-2"] {
         sqs.send_message().queue_url(&queue).message_body(Hint::new(id).to_json()).send().await.unwrap();
     }

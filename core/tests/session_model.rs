@@ -6,20 +6,17 @@
 //! outcomes.
 
 mod common;
+mod model_support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use leaselock::lease::claim_cutoff;
-use leaselock::{
-    Clock, Lease, LeaseItem, LeaseMode, LeaseStore, ManualClock, MemoryStore, Session, SessionItem, SkewedClock,
-    TableConfig,
-};
+use leaselock::{Clock, Lease, LeaseMode, LeaseStore, ManualClock, Session, TableConfig};
+use model_support::*;
 use proptest::prelude::*;
 
 const WORKERS: usize = 3;
-const IDS: usize = 3;
-const T0: u64 = 1_800_000_000_000;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -50,51 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (w.clone(), id.clone()).prop_map(|(w, i)| Op::Release(w, i)),
         3 => (w.clone(), id, 0..40u64).prop_map(|(w, i, s)| Op::Checkpoint(w, i, s)),
         1 => w.prop_map(Op::Reap),
-        3 => prop_oneof![
-            0..3_000u64,
-            15_000..25_000u64,
-            prop::sample::select(vec![1u64, 999, 1_000, 1_001, 4_000, 5_000, 19_000, 20_000, 21_000, 21_001]),
-        ]
-        .prop_map(Op::Advance),
+        3 => advance().prop_map(Op::Advance),
     ]
-}
-
-fn offsets() -> impl Strategy<Value = Vec<i64>> {
-    let offset = prop_oneof![-450i64..450, prop::sample::select(vec![-450i64, -1, 0, 0, 1, 449])];
-    proptest::collection::vec(offset, WORKERS)
-}
-
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Lease { fence: u64, expires_at_ms: u64, last_seq: Option<u64>, deadline_mono_ms: u64 },
-    Session { epoch: u64, expires_at_ms: u64, deadline_mono_ms: u64 },
-    Item(LeaseItem),
-    Dead(Vec<SessionItem>, Vec<bool>),
-    Done,
-    Skipped,
-    Failed(String),
-}
-
-fn lease_outcome(l: &Lease) -> Outcome {
-    Outcome::Lease {
-        fence: l.fence,
-        expires_at_ms: l.expires_at_ms,
-        last_seq: l.last_seq,
-        deadline_mono_ms: l.deadline_mono_ms,
-    }
-}
-
-fn session_outcome(s: &Session) -> Outcome {
-    Outcome::Session { epoch: s.epoch, expires_at_ms: s.expires_at_ms, deadline_mono_ms: s.deadline_mono_ms }
-}
-
-#[derive(Default)]
-struct Ledger {
-    fence: u64,
-    holder: Option<usize>,
-    holder_deadline: u64,
-    previous_deadline: u64,
-    last_seq: Option<u64>,
 }
 
 struct WorkerState {
@@ -108,16 +62,10 @@ pub fn session_config() -> TableConfig {
     TableConfig::default().mode(LeaseMode::Session)
 }
 
-async fn run(
-    stores: &[Arc<dyn LeaseStore>],
-    truth: &ManualClock,
-    ops: &[Op],
-) -> (Vec<Outcome>, Vec<Option<LeaseItem>>) {
-    let id = |i: usize| format!("work-{i}");
-    let name = |w: usize| format!("w{w}");
+async fn run(stores: &[Arc<dyn LeaseStore>], truth: &ManualClock, ops: &[Op]) -> Run {
     let mut workers: Vec<WorkerState> =
         (0..WORKERS).map(|_| WorkerState { session: None, last_epoch: None, held: HashMap::new() }).collect();
-    let mut ledger: Vec<Ledger> = (0..IDS).map(|_| Ledger::default()).collect();
+    let mut ledger = Ledger::new();
     let mut out = Vec::new();
     for op in ops {
         let now_mono = truth.monotonic_ms();
@@ -133,20 +81,14 @@ async fn run(
                 truth.advance(ms);
                 Outcome::Done
             }
-            Op::Start(i) => match stores[0].start(&id(i), &format!("wss://feed.example/{i}")).await {
-                Ok(item) => Outcome::Item(item),
-                Err(e) => Outcome::Failed(e.to_string()),
-            },
-            Op::Stop(i) => match stores[0].stop(&id(i)).await {
-                Ok(item) => Outcome::Item(item),
-                Err(e) => Outcome::Failed(e.to_string()),
-            },
+            Op::Start(i) => start(&*stores[0], i).await,
+            Op::Stop(i) => stop(&*stores[0], i).await,
             Op::Open(w) if workers[w].session.is_some() => Outcome::Skipped,
             Op::Open(w) => match stores[w].create_session(&name(w), workers[w].last_epoch).await {
                 Ok(session) => {
                     assert!(workers[w].last_epoch.is_none_or(|e| session.epoch > e), "epochs go up");
                     workers[w].last_epoch = Some(session.epoch);
-                    let o = session_outcome(&session);
+                    let o = Outcome::of_session(&session);
                     workers[w].session = Some(session);
                     o
                 }
@@ -163,7 +105,7 @@ async fn run(
                             session.cover(lease);
                             ledger[i].holder_deadline = session.deadline_mono_ms;
                         }
-                        session_outcome(&session)
+                        Outcome::of_session(&session)
                     }
                     Err(e) => {
                         workers[w].session = None;
@@ -192,63 +134,19 @@ async fn run(
                 None => Outcome::Skipped,
                 Some(session) => match stores[w].claim_in_session(&id(i), &session).await {
                     Ok(lease) => {
-                        let l = &mut ledger[i];
-                        assert_eq!(lease.fence, l.fence + 1, "fences go up by one per claim");
-                        l.previous_deadline = l.previous_deadline.max(l.holder_deadline);
-                        assert!(
-                            l.previous_deadline <= now_mono,
-                            "w{w} claimed {} at {now_mono} while fence {} (w{:?}) may act until {}",
-                            id(i),
-                            l.fence,
-                            l.holder,
-                            l.previous_deadline
-                        );
-                        assert_eq!(lease.last_seq, l.last_seq, "a claim resumes from the last checkpoint");
                         assert_eq!(lease.deadline_mono_ms, session.deadline_mono_ms, "the session's deadline");
-                        if let Some(h) = l.holder.filter(|&h| h != w) {
+                        if let Some(h) = ledger[i].claimed(w, i, &lease, now_mono).filter(|&h| h != w) {
                             workers[h].held.remove(&i);
                         }
-                        l.fence = lease.fence;
-                        l.holder = Some(w);
-                        l.holder_deadline = lease.deadline_mono_ms;
-                        let o = lease_outcome(&lease);
+                        let o = Outcome::of_lease(&lease);
                         workers[w].held.insert(i, lease);
                         o
                     }
                     Err(e) => Outcome::Failed(e.to_string()),
                 },
             },
-            Op::Release(w, i) => match workers[w].held.remove(&i) {
-                None => Outcome::Skipped,
-                Some(lease) => match stores[w].release(&lease).await {
-                    Ok(()) => {
-                        assert_eq!(lease.fence, ledger[i].fence, "only the newest fence can release");
-                        ledger[i].holder_deadline = now_mono;
-                        Outcome::Done
-                    }
-                    Err(e) => Outcome::Failed(e.to_string()),
-                },
-            },
-            Op::Checkpoint(w, i, seq) => match workers[w].held.get_mut(&i) {
-                None => Outcome::Skipped,
-                Some(lease) => match stores[w].checkpoint(lease, seq).await {
-                    Ok(()) => {
-                        let l = &mut ledger[i];
-                        assert_eq!(lease.fence, l.fence, "only the newest fence can checkpoint");
-                        assert!(l.last_seq.is_none_or(|last| seq > last), "last_seq only moves forward");
-                        l.last_seq = Some(seq);
-                        lease_outcome(lease)
-                    }
-                    Err(leaselock::Error::SeqNotIncreasing { last_seq, .. }) => {
-                        assert_eq!(Some(last_seq), ledger[i].last_seq);
-                        Outcome::Failed("SeqNotIncreasing".into())
-                    }
-                    Err(e) => {
-                        workers[w].held.remove(&i);
-                        Outcome::Failed(e.to_string())
-                    }
-                },
-            },
+            Op::Release(w, i) => release(&*stores[w], &mut workers[w].held, &mut ledger[i], i, now_mono).await,
+            Op::Checkpoint(w, i, seq) => checkpoint(&*stores[w], &mut workers[w].held, &mut ledger[i], i, seq).await,
             Op::Reap(w) => {
                 let cutoff = claim_cutoff(stores[w].clock().now_ms(), stores[w].config());
                 let dead = stores[w].sessions(cutoff).await.unwrap();
@@ -265,81 +163,41 @@ async fn run(
         };
         out.push(outcome);
     }
-    let mut finals = Vec::new();
-    for (i, l) in ledger.iter().enumerate() {
-        let item = stores[0].get(&id(i)).await.unwrap();
-        if let Some(item) = &item {
-            assert_eq!(item.fence, l.fence);
-            assert_eq!(item.last_seq, l.last_seq);
-        }
-        finals.push(item);
-    }
+    let mut finals = final_items(&*stores[0], &ledger).await;
     for w in 0..WORKERS {
         finals.push(stores[0].get(&format!("session/{}", name(w))).await.unwrap());
     }
     (out, finals)
 }
 
-fn clocks(truth: &Arc<ManualClock>, offsets: &[i64]) -> Vec<Arc<dyn Clock>> {
-    offsets
-        .iter()
-        .map(|&offset_ms| Arc::new(SkewedClock { inner: truth.clone(), offset_ms }) as Arc<dyn Clock>)
-        .collect()
-}
-
-fn memory_stores(truth: &Arc<ManualClock>, offsets: &[i64]) -> Vec<Arc<dyn LeaseStore>> {
-    let base = MemoryStore::new(session_config(), truth.clone()).unwrap();
-    clocks(truth, offsets).into_iter().map(|c| Arc::new(base.with_clock(c)) as Arc<dyn LeaseStore>).collect()
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn memory_store_keeps_the_session_invariants(offsets in offsets(), ops in proptest::collection::vec(op(), 1..120)) {
+    fn memory_store_keeps_the_session_invariants(offsets in offsets(WORKERS), ops in proptest::collection::vec(op(), 1..120)) {
         let truth = Arc::new(ManualClock::new(T0));
-        let stores = memory_stores(&truth, &offsets);
+        let stores = memory_stores(session_config(), &truth, &offsets);
         block_on(run(&stores, &truth, &ops));
     }
 }
 
-async fn differential(offsets: &[i64], ops: &[Op]) -> Vec<Outcome> {
-    let truth = Arc::new(ManualClock::new(T0));
-    let Some(table) = common::table(session_config(), Some(truth.clone())).await else {
-        let truth = Arc::new(ManualClock::new(T0));
-        return run(&memory_stores(&truth, offsets), &truth, ops).await.0;
-    };
-    let tables: Vec<Arc<dyn LeaseStore>> = clocks(&truth, offsets)
-        .into_iter()
-        .map(|c| Arc::new(table.clone().with_clock(c)) as Arc<dyn LeaseStore>)
-        .collect();
-    let remote = run(&tables, &truth, ops).await;
-
-    let truth = Arc::new(ManualClock::new(T0));
-    let local = run(&memory_stores(&truth, offsets), &truth, ops).await;
-    assert_eq!(remote.0.len(), local.0.len());
-    for (n, (r, l)) in remote.0.iter().zip(&local.0).enumerate() {
-        assert_eq!(r, l, "op {n} {:?}", ops[n]);
-    }
-    assert_eq!(remote.1, local.1, "final items");
-    if std::env::var_os("SHOW_OUTCOMES").is_some() {
-        for (op, o) in ops.iter().zip(&remote.0) {
-            eprintln!("{op:?} => {o:?}");
-        }
-    }
-    local.0
+/// Replays `ops` against DynamoDB and against memory, requires identical outcomes, and returns them.
+async fn differential_run(offsets: &[i64], ops: &[Op]) -> Vec<Outcome> {
+    differential(
+        session_config(),
+        offsets,
+        |n| format!("{:?}", ops[n]),
+        |stores, truth| async move { run(&stores, &truth, ops).await },
+    )
+    .await
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, max_shrink_iters: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn dynamodb_gives_the_same_session_outcomes_as_memory(offsets in offsets(), ops in proptest::collection::vec(op(), 1..50)) {
-        block_on(differential(&offsets, &ops));
+    fn dynamodb_gives_the_same_session_outcomes_as_memory(offsets in offsets(WORKERS), ops in proptest::collection::vec(op(), 1..50)) {
+        block_on(differential_run(&offsets, &ops));
     }
 }
 
@@ -385,7 +243,7 @@ fn dynamodb_and_memory_agree_on_session_takeovers() {
         Stop(1),
         Claim(0, 1),
     ];
-    let out = block_on(differential(&[0, 0, 0], &ops));
+    let out = block_on(differential_run(&[0, 0, 0], &ops));
     let held = |o: &Outcome| matches!(o, Outcome::Failed(m) if m.starts_with("held by w0"));
     let fence = |o: &Outcome| match o {
         Outcome::Lease { fence, .. } => *fence,

@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 use leaselock::worker::{BoxError, CancelReason, Connection, Worker, POLL_ANSWER_MARGIN};
 use leaselock::{
-    fenced_put, fenced_write_with_checkpoint, Clock, Error, Hint, LeaseStore, LeaseTable, SkewedClock, SystemClock,
-    TableConfig,
+    fenced_put, fenced_write_with_checkpoint, Clock, Error, Hint, LeaseMode, LeaseStore, LeaseTable, SkewedClock,
+    SystemClock, TableConfig,
 };
 use tokio::time::Instant;
 use worker_support::*;
@@ -39,18 +39,7 @@ async fn a_hint_gets_work_claimed_without_waiting_for_the_orphan_poll() {
     let table = lease_table(&sdk, TableConfig::new("x")).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue = sqs.create_queue().queue_name(unique("hints")).send().await.unwrap().queue_url.unwrap();
-    let worker = Worker::builder(Arc::new(table.clone()))
-        .orphan_interval(Duration::from_secs(600))
-        .hint_queue(sqs.clone(), &queue)
-        .hint_wait(Duration::from_secs(1))
-        .metrics_writer(Lines::default())
-        .build(|conn: Connection| async move {
-            conn.cancelled().await;
-            Ok::<(), BoxError>(())
-        })
-        .unwrap();
-    let handle = worker.handle();
-    let task = tokio::spawn(worker.run_until(std::future::pending()));
+    let (handle, task) = spawn_hinted(Worker::builder(Arc::new(table.clone())), &sqs, &queue, Duration::from_secs(600));
     // The first orphan poll has run (and found nothing): the next one is 10 minutes away.
     wait_until(Duration::from_secs(10), "first orphan poll", || handle.snapshot().orphan_polls == 1).await;
 
@@ -136,6 +125,46 @@ async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
     assert!(s.hints_received >= 1, "claimed because of hints: {s:?}");
     staying_handle.shutdown();
     staying_task.await.unwrap();
+}
+
+/// Session mode with balance: a worker at its fair share that receives the hints of a peer's
+/// shutdown reads the sessions once. The ended session reports what it freed, the share grows,
+/// and the hints are claimed at once, not given back until an orphan poll (held back here, so
+/// it cannot) finds the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_its_share_a_worker_claims_a_leaving_peers_hints_at_once() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, short_config().mode(LeaseMode::Session)).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue = sqs.create_queue().queue_name(unique("share")).send().await.unwrap().queue_url.unwrap();
+    start_items(&table, "p", 12).await;
+    let worker = |store: Arc<dyn LeaseStore>, name: &str| {
+        spawn_hinted(Worker::builder(store).worker_id(name), &sqs, &queue, Duration::from_millis(300))
+    };
+    let a_store = Arc::new(Faulty::new(table.clone()));
+    let (a, a_task) = worker(a_store.clone(), "a");
+    wait_until(Duration::from_secs(20), "a holds everything", || a.snapshot().held.len() == 12).await;
+    let (b, b_task) = worker(Arc::new(table.clone()), "b");
+    wait_until(Duration::from_secs(30), "six each, a at a share of 6", || {
+        let (sa, sb) = (a.snapshot(), b.snapshot());
+        sa.held.len() == 6 && sb.held.len() == 6 && sa.claim_limit == Some(6)
+    })
+    .await;
+
+    a_store.orphan_reads_held_back.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(5), "a's orphan poll held back", || {
+        a_store.orphan_reads_waiting.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    b.shutdown();
+    b_task.await.unwrap();
+    let took =
+        wait_until(Duration::from_secs(5), "a holds the leaving peer's work", || a.snapshot().held.len() == 12).await;
+    eprintln!("peer's shutdown to its work claimed from the hints: {took:?}");
+    assert_eq!(a.snapshot().claim_limit, Some(12));
+    a_store.orphan_reads_held_back.store(false, Ordering::SeqCst);
+    a.shutdown();
+    a_task.await.unwrap();
 }
 
 /// A table for the downstream writes, keyed by `pk`.

@@ -4,9 +4,21 @@ import * as path from 'node:path';
 import { App, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 
+/** Temporary directories this test process made; removed when it exits. */
+const made: string[] = [];
+process.on('exit', () => {
+  for (const dir of made) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(prefix: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  made.push(dir);
+  return dir;
+}
+
 /** Placeholder bootstrap directories, so the tests run without building the Rust Lambdas. */
 export function placeholderCodeDirs(): { routerCodeDir: string; reconcilerCodeDir: string } {
-  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'leaselock-lambda-'));
+  const root = tempDir('leaselock-lambda-');
   const dir = (name: string): string => {
     fs.mkdirSync(path.join(root, name));
     fs.writeFileSync(path.join(root, name, 'bootstrap'), '');
@@ -17,7 +29,7 @@ export function placeholderCodeDirs(): { routerCodeDir: string; reconcilerCodeDi
 
 /** An app that synthesizes into a temporary directory. */
 export function testApp(): App {
-  return new App({ outdir: fs.mkdtempSync(path.join(os.tmpdir(), 'leaselock-cdk-')) });
+  return new App({ outdir: tempDir('leaselock-cdk-') });
 }
 
 /** Synthesizes the app under the AwsSolutions pack; returns each violation as "rule at path". */

@@ -26,10 +26,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Awaitable, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parents[3]
-RESULTS = ROOT / "bench" / "results" / "latest.json"
 ROUNDS = int(os.environ.get("LEASELOCK_BENCH_ROUNDS", "5"))
 CONCURRENT = 16
 
@@ -195,16 +194,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def child_figures(flag: str, ops: int, **popen: Any) -> Dict[str, float]:
+    """The figures this script prints with ``flag``, measured in a process of its own."""
+    out = subprocess.run([sys.executable, __file__, flag, str(ops)], check=True, capture_output=True, text=True, **popen)
+    figures: Dict[str, float] = json.loads(out.stdout)
+    return figures
+
+
+def pinned_handoff_figures(ops: int) -> Dict[str, float]:
+    """`asyncio_figures` in a process whose threads all run on one CPU: the same hand-offs
+    without a wake-up crossing CPUs. Beside the unpinned figures of the same round it shows what
+    a cross-CPU wake-up costs on this machine; every leaselock call (and no boto3 call) has its
+    caller and the runtime thread wake each other. Only measured where the process may be pinned
+    (Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return {}
+    cpu = min(os.sched_getaffinity(0))
+    figures = child_figures("--handoff-only", ops, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    return {k.replace("_handoff_", "_handoff_pinned_"): v for k, v in figures.items()}
+
+
 def baseline_figures(path: str, ops: int) -> Dict[str, float]:
-    """The leaselock figures of the build in ``path``, measured in a process of its own."""
-    env = {**os.environ, "PYTHONPATH": path}
-    out = subprocess.run([sys.executable, __file__, "--leaselock-only", str(ops)], env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    """The leaselock figures of the build in ``path``."""
+    return child_figures("--leaselock-only", ops, env={**os.environ, "PYTHONPATH": path})
 
 
 def main() -> None:
     if sys.argv[1] == "--leaselock-only":
         print(json.dumps(leaselock_figures(int(sys.argv[2]))))
+        return
+    if sys.argv[1] == "--handoff-only":
+        print(json.dumps(asyncio_figures(int(sys.argv[2]))))
         return
     rust_bench, ops = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3_000
     baseline = os.environ.get("LEASELOCK_BENCH_BASELINE")
@@ -232,6 +252,7 @@ def main() -> None:
             lambda: json.loads(subprocess.run([rust_bench, str(ops)], check=True, capture_output=True, text=True).stdout),
             lambda: boto3_figures(max(ops // 3, 300)),
             lambda: asyncio_figures(ops),
+            lambda: pinned_handoff_figures(ops),
         ]
         samples: List[Dict[str, float]] = []
         for r in range(ROUNDS):
@@ -245,7 +266,7 @@ def main() -> None:
         server.wait()
     figures = {k: round(statistics.median(s[k] for s in samples), 1) for k in samples[0]}
     sys.path.insert(0, str(ROOT / "bench"))
-    from merge import merge  # the one read-update-write of latest.json every section uses
+    from merge import RESULTS, merge  # the one read-update-write of latest.json every section uses
 
     merge(
         {
@@ -269,12 +290,18 @@ def main() -> None:
         f"{CONCURRENT} leases renewing at once on one loop: {figures[f'python_async_cpu_us_per_renew_{CONCURRENT}_concurrent']} us "
         f"per renew; Python's own hand-off to another thread and back: {figures['python_thread_handoff_cpu_us']} us "
         f"blocking, {figures['python_asyncio_handoff_cpu_us']} us through the event loop"
+        + (
+            f" (with the process on one CPU: {figures['python_thread_handoff_pinned_cpu_us']} us and "
+            f"{figures['python_asyncio_handoff_pinned_cpu_us']} us)"
+            if "python_thread_handoff_pinned_cpu_us" in figures
+            else ""
+        )
     )
     if before:
         print(f"baseline build ({baseline}), same run:")
         for key, us in sorted(before.items()):
             print(f"  {key}: {us:.1f} before, {figures[key]} now")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

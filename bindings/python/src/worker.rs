@@ -108,6 +108,14 @@ pub struct PyWorkerSnapshot {
     handler_panics: u64,
     orphan_polls: u64,
     hints_received: u64,
+    /// Session mode: the live session's epoch.
+    session_epoch: Option<u64>,
+    /// Session mode: connections claimed from dead sessions.
+    session_takeovers: u64,
+    /// Session mode: connections handed over to balance the fleet.
+    handed_over: u64,
+    /// Session mode with balance: the most held after claiming (the fair share).
+    claim_limit: Option<usize>,
     stopping: bool,
 }
 
@@ -126,6 +134,10 @@ impl From<WorkerSnapshot> for PyWorkerSnapshot {
             handler_panics: s.handler_panics,
             orphan_polls: s.orphan_polls,
             hints_received: s.hints_received,
+            session_epoch: s.session_epoch,
+            session_takeovers: s.session_takeovers,
+            handed_over: s.handed_over,
+            claim_limit: s.claim_limit,
             stopping: s.stopping,
         }
     }
@@ -190,7 +202,7 @@ impl PyWorker {
     #[new]
     #[pyo3(signature = (table, *, queue_url=None, max_connections=700, worker_id=None, orphan_interval_ms=2_000,
         desired_state_interval_ms=10_000, metrics_interval_ms=60_000, handler_grace_ms=5_000,
-        hint_wait_ms=5_000, metrics_namespace=None))]
+        hint_wait_ms=5_000, metrics_namespace=None, balance=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -204,6 +216,7 @@ impl PyWorker {
         handler_grace_ms: u64,
         hint_wait_ms: u64,
         metrics_namespace: Option<String>,
+        balance: bool,
     ) -> PyResult<Self> {
         let store: Arc<dyn LeaseStore> = table.table.clone();
         let mut builder = Worker::builder(store)
@@ -212,7 +225,8 @@ impl PyWorker {
             .desired_state_interval(Duration::from_millis(desired_state_interval_ms))
             .metrics_interval(Duration::from_millis(metrics_interval_ms))
             .handler_grace(Duration::from_millis(handler_grace_ms))
-            .hint_wait(Duration::from_millis(hint_wait_ms));
+            .hint_wait(Duration::from_millis(hint_wait_ms))
+            .balance(balance);
         if let Some(id) = worker_id {
             builder = builder.worker_id(id);
         }

@@ -281,3 +281,46 @@ def test_worker_in_session_mode(stable, dynamodb, session_table_name, ids, servi
     # A graceful shutdown frees everything with the session's one write.
     assert session_item(dynamodb, session_table_name, worker.worker_id)["lease_expires_at_ms"] == {"N": "0"}
     assert all(seen.cancelled[id][-1] == "Shutdown" for id in mine)
+
+
+@pytest.mark.parametrize("balance", [True, False])
+def test_worker_reports_its_load_and_balances_unless_told_not_to(
+    stable, dynamodb, session_table_name, ids, serving, balance
+) -> None:
+    streams = [ids(f"b{i}") for i in range(3)]
+    for id in streams:
+        stable.start(id, f"wss://feed.example/{id}")
+    worker = leaselock.Worker(
+        stable,
+        worker_id=ids("balancing" if balance else "unbalanced"),
+        max_connections=50,
+        orphan_interval_ms=300,
+        desired_state_interval_ms=60_000,
+        metrics_interval_ms=600_000,
+        balance=balance,
+    )
+    serving.append(worker)
+
+    @worker.handler
+    async def handle(conn: leaselock.Connection) -> None:
+        await asyncio.Event().wait()
+
+    thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+    thread.start()
+    wait_for(lambda: set(streams) <= set(worker.snapshot().held), 20, "every stream to be held")
+    # Every session renewal reports the load, with or without balance (peers count it).
+    wait_for(
+        lambda: session_item(dynamodb, session_table_name, worker.worker_id).get("max_connections") == {"N": "50"},
+        RENEW_MS / 1000 * 3,
+        "a renewal reporting the load",
+    )
+    snapshot = worker.snapshot()
+    assert snapshot.session_epoch is not None and snapshot.handed_over == 0
+    if balance:
+        # Its share: everything it can see (it is the table's only live session here or not).
+        wait_for(lambda: (worker.snapshot().claim_limit or 0) >= 3, 10, "a claim limit of the fleet's work")
+    else:
+        assert snapshot.claim_limit is None
+    worker.shutdown()
+    thread.join(20)
+    assert not thread.is_alive()

@@ -49,11 +49,13 @@ class Session {
 
   /**
    * Extends the session: one write for everything held under it, whose deadlines move along.
-   * LeaseLostError once the epoch is not the item's any more or the deadline has passed.
+   * With `load` (`{ held, maxConnections }`) the same write tells the fleet what this worker
+   * holds (fleet-aware balance). LeaseLostError once the epoch is not the item's any more or
+   * the deadline has passed.
    */
-  renew({ signal } = {}) {
+  renew({ signal, load } = {}) {
     return this.#serial.run(async () => {
-      this.#data = await this.#table._renewSession(this.#data, signal);
+      this.#data = await this.#table._renewSession(this.#data, signal, load);
       for (const lease of this.#leases) {
         if (this.#covers(lease)) {
           lease._cover(this.#data.deadline);
@@ -63,10 +65,13 @@ class Session {
     });
   }
 
-  /** Ends the session (expiry 0) with one write: everything held under it is free at once. */
-  end({ signal } = {}) {
+  /**
+   * Ends the session (expiry 0) with one write: everything held under it is free at once.
+   * `load` ({ held, maxConnections }): what the end frees, recorded in the same write.
+   */
+  end({ signal, load } = {}) {
     return this.#serial.run(async () => {
-      await this.#table._endSession(this.#data, signal);
+      await this.#table._endSession(this.#data, signal, load);
       this.#leases.clear();
     });
   }

@@ -212,12 +212,15 @@ class LeaseTable {
   }
 
   /** Internal: the session operations, given the session's data. */
-  async _renewSession(data, signal) {
-    return this.#run(() => this.#rules.renewSession(JSON.stringify(data)), signal);
+  /** `load` (`{ held, maxConnections }`, optional) is reported in the same write. */
+  async _renewSession(data, signal, load) {
+    const report = load === undefined ? undefined : JSON.stringify(load);
+    return this.#run(() => this.#rules.renewSession(JSON.stringify(data), report), signal);
   }
 
-  async _endSession(data, signal) {
-    return this.#run(() => this.#rules.endSession(JSON.stringify(data)), signal);
+  async _endSession(data, signal, load) {
+    const report = load === undefined ? undefined : JSON.stringify(load);
+    return this.#run(() => this.#rules.endSession(JSON.stringify(data), report), signal);
   }
 
   async _retireSession(owner, epoch, signal) {

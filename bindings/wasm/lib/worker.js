@@ -5,6 +5,8 @@
 // (stop claiming, abort every handler, release every lease in parallel, hint released work).
 // In session mode one session loop renews a session for everything held, aborts every handler
 // at the session's deadline and opens a new epoch; shutdown ends the session with one write.
+// With balance (session mode's default) each renewal reports the load, and each orphan poll
+// reads every session, claims no more than the fair share and hands the excess over.
 // Every schedule and verdict comes from core's worker decisions, through wasm.
 
 const os = require('node:os');
@@ -14,6 +16,11 @@ const { LeaseLostError, fromWasm, invalid, toRust } = require('./errors');
 const { Keeper, SessionHold } = require('./keeper');
 
 const CLAIMING = Symbol('claiming');
+/** The claim source of our own earlier epoch's work (not held back by the claim limit). */
+const RECLAIM_OWN = 'reclaim own';
+
+/** A held lease that stays: not cancelled (stopped, lost, shutting down) nor being handed over. */
+const staying = (held) => held.keeper.reason === undefined && !held.handingOver;
 
 /** A promise that the next `notify()` resolves (shared by every wait until then). */
 class Notify {
@@ -108,6 +115,13 @@ class Worker {
   #session;
   #sessionStop = new AbortController();
   #reclaimOwn = false;
+  /** Balance (session mode): core's decisions, the claim limit they set, and hand-over rounds. */
+  #balance;
+  #claimLimit;
+  #claims = 0;
+  #handOverRounds = 0;
+  #handOversStarted = 0;
+  #renewNow = new Notify();
   #counters = {
     sessionTakeovers: 0,
     acquired: 0,
@@ -115,6 +129,7 @@ class Worker {
     acquireErrors: 0,
     leasesLost: 0,
     released: 0,
+    handedOver: 0,
     handlerErrors: 0,
     orphanPolls: 0,
     hintsReceived: 0,
@@ -123,7 +138,8 @@ class Worker {
   /**
    * @param {object} options `table` (a LeaseTable), `handler(conn, signal)` (async), and
    *   optionally `sqs` + `queueUrl` (START hints), `maxConnections`, `workerId`,
-   *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`, `logger`.
+   *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`, `logger`,
+   *   and `balance` (session mode; default true).
    */
   constructor(options) {
     const { table, sqs, handler, logger, ...rest } = options ?? {};
@@ -148,6 +164,10 @@ class Worker {
     this.#handler = handler;
     this.#logger = logger ?? stderrLogger;
     this.#sessionMode = table.mode === 'session';
+    this.#claimLimit = this.#settings.maxConnections;
+    if (this.#sessionMode && this.#settings.balance) {
+      this.#balance = new wasm.Balance(table.rules, workerId, this.#settings.orphanIntervalMs);
+    }
   }
 
   get workerId() {
@@ -158,7 +178,13 @@ class Worker {
   snapshot() {
     const held = [...this.#tracked].filter(([, t]) => t !== CLAIMING).map(([id]) => id);
     const { sessionTakeovers, ...counters } = this.#counters;
-    const session = this.#sessionMode ? { sessionEpoch: this.#session?.epoch ?? null, sessionTakeovers } : {};
+    const session = this.#sessionMode
+      ? {
+          sessionEpoch: this.#session?.epoch ?? null,
+          sessionTakeovers,
+          claimLimit: this.#balance === undefined ? null : this.#claimLimit,
+        }
+      : {};
     return {
       workerId: this.workerId,
       maxConnections: this.#settings.maxConnections,
@@ -224,6 +250,27 @@ class Worker {
     return wasm.capacityLeft(this.#settings.maxConnections, this.#tracked.size);
   }
 
+  /** Claims that fit now: the capacity, and with balance the claim limit too. */
+  #room() {
+    const capacity = this.#capacity();
+    return this.#balance === undefined ? capacity : Math.min(capacity, Math.max(0, this.#claimLimit - this.#tracked.size));
+  }
+
+  /**
+   * What a session renewal reports: the work held or being claimed here (not what is being
+   * handed over, stopped or lost; still what a shutdown's end write is about to free: core's
+   * `countsInLoad`) and `maxConnections`.
+   */
+  #load() {
+    let held = 0;
+    for (const t of this.#tracked.values()) {
+      if (t === CLAIMING || wasm.countsInLoad(t.keeper.reason, t.handingOver !== 0)) {
+        held += 1;
+      }
+    }
+    return { held, maxConnections: this.#settings.maxConnections };
+  }
+
   #stopAll() {
     this.#stopping = true;
     for (const tracked of this.#tracked.values()) {
@@ -235,7 +282,10 @@ class Worker {
     this.#roomFreed.notify();
   }
 
-  /** Tries to claim `id`: needs capacity, must not be ours already, and the table decides. */
+  /**
+   * Tries to claim `id`: needs capacity (and, with balance, to be below the claim limit unless
+   * it is our own earlier epoch's work), must not be ours already, and the table decides.
+   */
   async #claim(id, source) {
     if (this.#capacity() === 0) {
       return 'NoCapacity';
@@ -245,6 +295,9 @@ class Worker {
     }
     if (this.#tracked.has(id)) {
       return 'AlreadyOurs';
+    }
+    if (this.#balance !== undefined && source !== RECLAIM_OWN && this.#tracked.size >= this.#claimLimit) {
+      return 'NoCapacity';
     }
     const session = this.#session;
     if (this.#sessionMode && session === undefined) {
@@ -293,7 +346,8 @@ class Worker {
   /** One held lease: the keeper and the handler; gives the lease back once the handler ends. */
   #supervise(lease, epoch) {
     const keeper = this.#sessionMode ? new SessionHold(lease) : new Keeper(lease);
-    const held = { lease, keeper, epoch };
+    this.#claims += 1;
+    const held = { lease, keeper, epoch, claimOrder: this.#claims, handingOver: 0 };
     this.#tracked.set(lease.id, held);
     const task = this.#runLease(held).finally(() => this.#tasks.delete(task));
     this.#tasks.add(task);
@@ -320,7 +374,11 @@ class Worker {
       try {
         await lease.release();
         this.#counters.released += 1;
-        if (reason === 'Shutdown' && this.#sqs !== undefined && wasm.isFleetWork(JSON.stringify(lease))) {
+        if (reason === 'HandOver') {
+          this.#counters.handedOver += 1;
+        }
+        const hinted = reason === 'Shutdown' || reason === 'HandOver';
+        if (hinted && this.#sqs !== undefined && wasm.isFleetWork(JSON.stringify(lease))) {
           await this.#handOver(id);
         }
       } catch (e) {
@@ -379,32 +437,137 @@ class Worker {
     wake.abort();
   }
 
-  /** One poll: query orphans (and leases about to expire), claim what fits, say when to poll next. */
+  /**
+   * One poll: query orphans (and leases about to expire), in session mode read the sessions
+   * (with balance: set the claim limit, maybe start a hand-over round), claim what fits, say
+   * when to poll next.
+   */
   async #pollOrphans() {
     const rules = this.#table.rules;
     const intervalMs = this.#settings.orphanIntervalMs;
     const capacity = this.#capacity();
-    if (capacity === 0) {
+    // Session mode polls even when full: the poll also decides the balance.
+    if (capacity === 0 && !this.#sessionMode) {
       return wasm.jitteredMs(intervalMs, Math.random());
     }
     const cutoff = rules.orphanQueryCutoff(clock.now(), intervalMs);
-    const page = await this.#table._orphansPage(cutoff, capacity);
+    // With balance every orphan counts as the fleet's work, not only those that fit here.
+    const pageSize = this.#balance === undefined ? Math.max(1, capacity) : this.#settings.maxConnections;
+    const page = await this.#table._orphansPage(cutoff, pageSize);
     this.#counters.orphanPolls += 1;
-    const poll = {
+    const nowMs = clock.now();
+    // A failed read of the sessions leaves the limit as it was; the orphans are still claimed.
+    let dead;
+    if (this.#sessionMode && this.#session !== undefined && !this.#stopping) {
+      dead = await this.#readSessions().catch((e) => {
+        this.#logger.warn('reading the sessions failed', { error: String(e?.message ?? e) });
+      });
+    }
+    const poll = JSON.stringify({
       items: page.items,
       pageWasFull: page.next !== null,
-      nowMs: clock.now(),
-      capacity,
+      nowMs,
+      capacity: this.#capacity(),
       intervalMs,
       random: Math.random(),
       ours: [...this.#tracked.keys()],
-    };
-    const plan = JSON.parse(rules.planOrphans(JSON.stringify(poll)));
-    await this.#claimAll(plan.claim, 'orphan');
-    if (this.#sessionMode) {
-      await this.#claimDeadSessions();
+    });
+    if (this.#balance !== undefined && dead !== undefined) {
+      const [unownedOrphans, inFlight] = this.#balance.orphanCounts(poll);
+      const deadWork = dead.reduce((n, d) => n + d.ids.length, 0);
+      this.#rebalance(unownedOrphans + deadWork, inFlight);
     }
+    const plan = JSON.parse(rules.planOrphans(poll));
+    await this.#claimAll(this.#inClaimOrder(plan.claim), 'orphan');
+    await this.#claimDeadSessions(dead ?? []);
     return plan.wakeInMs;
+  }
+
+  /** With balance, racing claimers over one list in one order would mostly collide: shuffled. */
+  #inClaimOrder(ids) {
+    if (this.#balance === undefined) {
+      return ids;
+    }
+    const shuffled = [...ids];
+    for (let i = shuffled.length - 1; i > 0; i -= 1) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [shuffled[i], shuffled[j]] = [shuffled[j], shuffled[i]];
+    }
+    return shuffled;
+  }
+
+  /**
+   * Session mode: the dead sessions (with balance, one listing of every session, whose live
+   * ones the balance keeps) and, per dead owner, its connections (the owner index) not tracked
+   * here; our own earlier epochs' work too, once after a new epoch was opened.
+   */
+  async #readSessions() {
+    let deadSessions;
+    if (this.#balance === undefined) {
+      deadSessions = await this.#table.sessions({ belowMs: this.#table.rules.claimCutoff(clock.now()) });
+    } else {
+      const all = await this.#table.sessions();
+      deadSessions = JSON.parse(this.#balance.read(JSON.stringify(all), clock.now(), clock.mono()));
+    }
+    const reclaimOwn = this.#reclaimOwn;
+    this.#reclaimOwn = false;
+    const dead = [];
+    for (const [owner, epoch] of JSON.parse(wasm.deadSessionOwners(JSON.stringify(deadSessions), this.workerId, reclaimOwn))) {
+      const owned = await this.#table.ownedBy(owner);
+      const ids = owned.map((item) => item.id).filter((id) => !this.#tracked.has(id));
+      dead.push({ owner, epoch, listed: owned.length, ids });
+    }
+    return dead;
+  }
+
+  /** Sets the claim limit from the fleet's load and, paced, starts a hand-over round. */
+  #rebalance(unowned, inFlight) {
+    const load = this.#load();
+    const step = JSON.parse(this.#balance.step(load.held, load.maxConnections, unowned, inFlight, clock.mono()));
+    this.#claimLimit = step.claimLimit;
+    if (step.handOver > 0 && !this.#stopping) {
+      const ids = this.#pickHandOvers(step.handOver);
+      this.#logger.info?.('above the fair share: handing over', {
+        workerId: this.workerId,
+        handingOver: ids.length,
+        share: step.share?.mine,
+        work: step.share?.work,
+      });
+    }
+  }
+
+  /**
+   * Picks `count` held connections to hand over (core's `handOverPicks`) and asks for a session
+   * renewal at once: it reports them as no longer held, and once it has landed their handlers
+   * are aborted with `HandOver`; each is then released and hinted. Returns the ids.
+   */
+  #pickHandOvers(count) {
+    const candidates = [];
+    for (const [id, t] of this.#tracked) {
+      if (t !== CLAIMING && staying(t)) {
+        candidates.push([id, t.lease.fence, t.claimOrder]);
+      }
+    }
+    const picks = wasm.handOverPicks(JSON.stringify(candidates), count);
+    if (picks.length === 0) {
+      return picks;
+    }
+    const round = ++this.#handOverRounds;
+    for (const id of picks) {
+      this.#tracked.get(id).handingOver = round;
+    }
+    this.#renewNow.notify();
+    return picks;
+  }
+
+  /** A session renewal that read `round` has reported the picks up to it as gone: abort them. */
+  #startHandOvers(round) {
+    this.#handOversStarted = Math.max(this.#handOversStarted, round);
+    for (const t of this.#tracked.values()) {
+      if (t !== CLAIMING && t.handingOver !== 0 && t.handingOver <= round) {
+        t.keeper.cancel('HandOver');
+      }
+    }
   }
 
   /** Claims `ids`, a few at a time; resolves how many were claimed. */
@@ -423,30 +586,30 @@ class Worker {
   }
 
   /**
-   * Session mode: the connections of dead sessions (a query of the session partition, then the
-   * owner index per dead session) are claimed like orphans; a dead session left with none is
-   * retired. Work of our own earlier epochs is claimed back too.
+   * Session mode: the connections of dead sessions (`#readSessions`) are claimed like orphans
+   * (within the room; our own earlier work all at once); a dead session left with none is
+   * retired so later queries skip it.
    */
-  async #claimDeadSessions() {
-    if (this.#session === undefined || this.#stopping) {
-      return;
-    }
-    const dead = await this.#table.sessions({ belowMs: this.#table.rules.claimCutoff(clock.now()) });
-    const reclaimOwn = this.#reclaimOwn;
-    this.#reclaimOwn = false;
-    for (const [owner, epoch] of JSON.parse(wasm.deadSessionOwners(JSON.stringify(dead), this.workerId, reclaimOwn))) {
-      if (this.#stopping || this.#capacity() === 0) {
+  async #claimDeadSessions(dead) {
+    for (const { owner, epoch, listed, ids } of dead) {
+      if (this.#stopping) {
         return;
       }
-      const owned = await this.#table.ownedBy(owner);
-      if (owned.length === 0) {
+      if (listed === 0) {
         if (epoch !== null) {
           await this.#table._retireSession(owner, epoch);
         }
         continue;
       }
-      const ids = owned.map((item) => item.id).filter((id) => !this.#tracked.has(id));
-      const claimed = await this.#claimAll(ids, 'dead session');
+      const own = epoch === null;
+      if (this.#room() === 0 && !own) {
+        continue;
+      }
+      const claimed = await this.#claimAll(this.#inClaimOrder(ids), own ? RECLAIM_OWN : 'dead session');
+      if (own && claimed < ids.length) {
+        // Some of our earlier work is still listed under us: look again at the next poll.
+        this.#reclaimOwn = true;
+      }
       if (claimed > 0) {
         this.#logger.info?.('took over a dead session\'s work', { owner, claimed });
         this.#counters.sessionTakeovers += claimed;
@@ -486,12 +649,23 @@ class Worker {
     }
   }
 
-  /** Renews `session` until it is lost (then every handler is aborted) or the loop stops. */
+  /**
+   * Renews `session` until it is lost (then every handler is aborted) or the loop stops. Every
+   * renewal reports the load; a hand-over round waiting for one renews at once.
+   */
   async #holdSession(session, stop) {
     const rules = this.#table.rules;
     for (;;) {
       const deadline = session.deadline;
-      await sleep(Math.max(0, rules.sessionWakeAt(JSON.stringify(session)) - clock.mono()), stop).catch(() => {});
+      if (this.#handOverRounds === this.#handOversStarted) {
+        const wake = new AbortController();
+        const onStop = () => wake.abort();
+        stop.addEventListener('abort', onStop, { once: true });
+        const due = Math.max(0, rules.sessionWakeAt(JSON.stringify(session)) - clock.mono());
+        await Promise.race([sleep(due, wake.signal).catch(() => {}), this.#renewNow.wait()]);
+        wake.abort();
+        stop.removeEventListener('abort', onStop);
+      }
       if (stop.aborted) {
         return;
       }
@@ -499,9 +673,14 @@ class Worker {
       if (now >= deadline) {
         break;
       }
+      // The round first: a pick made after the load was read waits for the next renewal.
+      const round = this.#handOverRounds;
+      // Reported with or without balance here, as core's worker does: peers count it.
+      const load = this.#load();
       // Rule 2: nothing runs past the deadline, a renewal stuck in the network included.
       try {
-        await session.renew({ signal: AbortSignal.timeout(Math.max(1, Math.ceil(deadline - now))) });
+        await session.renew({ signal: AbortSignal.timeout(Math.max(1, Math.ceil(deadline - now))), load });
+        this.#startHandOvers(round);
       } catch (e) {
         this.#logger.warn('session lost', { workerId: this.workerId, epoch: session.epoch, error: String(e?.message ?? e) });
         break;
@@ -522,7 +701,8 @@ class Worker {
       return;
     }
     try {
-      await session.end();
+      // The end reports what it frees: a peer at its share counts it when the hints arrive.
+      await session.end({ load: { held: ids.length, maxConnections: this.#settings.maxConnections } });
       this.#logger.info?.('session ended', { workerId: this.workerId, epoch: session.epoch });
     } catch (e) {
       this.#logger.warn('session end failed; it will expire', { workerId: this.workerId, error: String(e?.message ?? e) });
@@ -564,7 +744,9 @@ class Worker {
     const waitMs = this.#settings.hintWaitMs;
     let failures = 0;
     while (!this.#stopping) {
-      // Only take hints while there is room: a full worker leaves them to the others.
+      // Only take hints while there is room: a full worker leaves them to the others. One at its
+      // fair share still reads them: the orphan poll they wake sets the share from the new work,
+      // and what is past it is given back at once.
       if (this.#capacity() === 0) {
         await this.#pause(waitMs, this.#roomFreed.wait());
         continue;
@@ -576,7 +758,7 @@ class Worker {
       try {
         const receive = new ReceiveMessageCommand({
           QueueUrl: this.#queueUrl,
-          MaxNumberOfMessages: wasm.hintBatchSize(this.#capacity()),
+          MaxNumberOfMessages: wasm.hintBatchSize(Math.max(1, this.#room())),
           WaitTimeSeconds: Math.round(waitMs / 1000),
         });
         const margin = this.#settings.pollAnswerMarginMs;
@@ -594,8 +776,12 @@ class Worker {
         continue;
       }
       this.#counters.hintsReceived += messages.length;
-      // Hints come in tens: one index query finds all the work they point at.
+      // Hints come in tens: one index query finds all the work they point at. At the fair share,
+      // one read of the sessions first says whether the share has grown (a peer left).
       this.#wakeOrphans.notify();
+      if (this.#balance !== undefined && this.#tracked.size >= this.#claimLimit) {
+        await this.#refreshClaimLimit();
+      }
       const outcomes = await Promise.all(
         messages.map(async (m) => {
           let id;
@@ -610,6 +796,24 @@ class Worker {
       );
       await this.#settle(outcomes);
     }
+  }
+
+  /**
+   * Raises the claim limit to what one listing of every session allows now (a peer that ended
+   * or died counts what it last reported); never lowers it: the next orphan poll sets it from
+   * the whole view. A failed or slow read (past one orphan interval) leaves it as it was.
+   */
+  async #refreshClaimLimit() {
+    let all;
+    try {
+      all = await this.#table.sessions({ signal: AbortSignal.timeout(this.#settings.orphanIntervalMs) });
+    } catch (e) {
+      this.#logger.warn('reading the sessions failed', { error: String(e?.message ?? e) });
+      return;
+    }
+    const load = this.#load();
+    const limit = this.#balance.refreshedLimit(JSON.stringify(all), load.held, load.maxConnections, clock.now());
+    this.#claimLimit = Math.max(this.#claimLimit, limit);
   }
 
   /** Deletes every handled hint; one this worker had no room for is made visible again at once. */

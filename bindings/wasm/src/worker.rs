@@ -30,6 +30,8 @@ pub struct Settings {
     pub hint_claim_concurrency: usize,
     pub poll_answer_margin_ms: u64,
     pub hand_over_timeout_ms: u64,
+    /// Session mode: claim no more than the fair share and hand the excess over.
+    pub balance: bool,
 }
 
 const SETTINGS: &[&str] = &[
@@ -40,6 +42,7 @@ const SETTINGS: &[&str] = &[
     "desiredStateIntervalMs",
     "handlerGraceMs",
     "hintWaitMs",
+    "balance",
     "hints",
 ];
 
@@ -53,7 +56,7 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     let v: Value = serde_json::from_str(json).map_err(|e| invalid("options", e))?;
     let map = v.as_object().ok_or_else(|| invalid("options", "must be an object"))?;
     if let Some(k) = map.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
-        return Err(invalid(k, format!("unknown option (known: {})", SETTINGS[..7].join(", "))));
+        return Err(invalid(k, format!("unknown option (known: {})", SETTINGS[..SETTINGS.len() - 1].join(", "))));
     }
     let num = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
         match map.get(key) {
@@ -68,6 +71,11 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         map.get("workerId").and_then(Value::as_str).ok_or_else(|| invalid("workerId", "must be a string"))?;
     leaselock::config::validate_id("workerId", worker_id)?;
     let hints = map.get("hints").and_then(Value::as_bool).unwrap_or(false);
+    let balance = match map.get("balance") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(invalid("balance", format!("{v} is not true or false"))),
+    };
     match map.get("queueUrl") {
         None | Some(Value::Null) if hints => return Err(invalid("queueUrl", "required with sqs")),
         Some(Value::String(url)) if url.is_empty() => return Err(invalid("queueUrl", "must not be empty")),
@@ -86,6 +94,7 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
         poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),
         hand_over_timeout_ms: ms(decide::HAND_OVER_TIMEOUT),
+        balance,
     };
     let max_wait = ms(decide::MAX_HINT_WAIT);
     if settings.hint_wait_ms > max_wait {
@@ -201,6 +210,9 @@ mod tests {
         assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
         assert!(err(r#"{"workerId":"w","hintWaitMs":21000,"hints":true,"queueUrl":"q"}"#).contains("hintWaitMs"));
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
+        assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
+        assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);
+        assert!(!settings(r#"{"workerId":"w","balance":false}"#).unwrap().balance);
     }
 
     #[test]

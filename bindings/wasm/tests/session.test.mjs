@@ -4,7 +4,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
-import { SQSClient, CreateQueueCommand, SendMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { SQSClient, CreateQueueCommand, GetQueueAttributesCommand, SendMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import leaselock from '../index.js';
 import helpers from './helpers.js';
 
@@ -158,7 +158,9 @@ test('end() frees everything held under the session with one write', LIMIT, asyn
 function recorder() {
   const conns = new Map();
   const handler = async (conn, signal) => {
-    const seen = { conn, seq: conn.lastSeq ?? 0, ended: null, runs: (conns.get(conn.id)?.runs ?? 0) + 1 };
+    // `from`: where this claim resumed (the connection's lastSeq moves with its checkpoints).
+    const from = conn.lastSeq ?? 0;
+    const seen = { conn, from, seq: from, ended: null, runs: (conns.get(conn.id)?.runs ?? 0) + 1 };
     conns.set(conn.id, seen);
     while (!signal.aborted) {
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -259,10 +261,137 @@ test('session mode with hints: a hint is claimed under the session; shutdown end
   await eventually(() => conns.has('h1') && conns.has('h2'), 8_000, 'claimed from the hints');
   const epoch = worker.snapshot().sessionEpoch;
   assert.equal((await rawItem(table, 'h1')).session_epoch.N, String(epoch));
+  // The first hint also wakes the orphan query, which may claim both before the second hint is
+  // read: wait until the worker has settled (deleted) both, so the queue holds only what
+  // shutdown sends.
+  await eventually(async () => {
+    const { Attributes: a } = await sqs.send(new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+    }));
+    return Number(a.ApproximateNumberOfMessages) + Number(a.ApproximateNumberOfMessagesNotVisible) === 0;
+  }, 8_000, 'both hints settled (deleted from the queue)');
   worker.shutdown();
   await running;
   assert.equal((await sessionItem(table, 'node-h')).lease_expires_at_ms.N, '0');
   const out = await sqs.send(new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }));
   const hinted = (out.Messages ?? []).map((m) => JSON.parse(m.Body).connection_id).sort();
   assert.deepEqual(hinted, ['h1', 'h2']);
+});
+
+test('fleet-aware balance: every session renewal reports the load; a worker that joins gets its share by hand-overs, each resumed from its checkpoint; balance: false keeps what it claimed', LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  const ids = Array.from({ length: 12 }, (_, i) => `b${String(i).padStart(2, '0')}`);
+  await startAll(table, ids);
+  const spawn = (workerId, options = {}) => {
+    const rec = recorder();
+    const worker = new Worker({ table, handler: rec.handler, workerId, orphanIntervalMs: 200, logger: quiet, ...options });
+    const running = worker.run();
+    t.after(() => {
+      worker.shutdown();
+      return running;
+    });
+    return { worker, running, ...rec };
+  };
+  const held = (w) => w.worker.snapshot().held.length;
+
+  const a = spawn('node-a');
+  await eventually(() => held(a) === 12, 15_000, 'the first worker holds everything');
+  await eventually(async () => {
+    const s = await sessionItem(table, 'node-a');
+    return s.held_connections?.N === '12' && s.max_connections?.N === '700';
+  }, 5_000, 'its session renewal reports 12 of 700');
+  assert.equal(a.worker.snapshot().claimLimit, 12);
+
+  const b = spawn('node-b');
+  await eventually(() => held(a) + held(b) === 12 && Math.abs(held(a) - held(b)) <= 2 && held(b) >= 5, 20_000, 'an even split');
+  await eventually(() => a.worker.snapshot().claimLimit === 6 && b.worker.snapshot().claimLimit === 6, 5_000, 'both at a share of 6');
+  const moved = [...b.conns.keys()];
+  assert.equal(a.worker.snapshot().handedOver, moved.length, 'every connection B holds was handed over by A');
+  for (const id of moved) {
+    const before = a.conns.get(id);
+    assert.equal(before.ended.reason.reason, 'HandOver', `${id}: A's handler was told why`);
+    assert.equal(b.conns.get(id).from, before.seq, `${id}: B resumed from A's last checkpoint`);
+    assert.ok(b.conns.get(id).conn.fence > before.conn.fence, `${id}: a new fence`);
+  }
+  // Once even, nothing keeps moving.
+  const handedOver = a.worker.snapshot().handedOver;
+  const polls = b.worker.snapshot().orphanPolls;
+  await eventually(() => b.worker.snapshot().orphanPolls >= polls + 5, 10_000, 'five more polls');
+  assert.equal(a.worker.snapshot().handedOver + b.worker.snapshot().handedOver, handedOver, 'no churn once even');
+
+  // Without balance a worker that joins takes nothing from one that holds everything.
+  const c = spawn('node-c', { balance: false });
+  const d = spawn('node-d', { balance: false });
+  a.worker.shutdown();
+  b.worker.shutdown();
+  await Promise.all([a.running, b.running]);
+  await eventually(() => held(c) + held(d) === 12, 15_000, 'the freed work claimed by the unbalanced workers');
+  const split = [held(c), held(d)];
+  assert.equal(c.worker.snapshot().claimLimit, null);
+  const cPolls = c.worker.snapshot().orphanPolls;
+  await eventually(() => c.worker.snapshot().orphanPolls >= cPolls + 5, 10_000, 'five more polls');
+  assert.deepEqual([held(c), held(d)], split, 'nothing moves without balance');
+  assert.equal(c.worker.snapshot().handedOver + d.worker.snapshot().handedOver, 0);
+});
+
+test('at its share, a worker takes the hints of a peer that left at once: one read of the sessions raises its claim limit, before any orphan poll could', LIMIT, async (t) => {
+  // A's orphan and owner-index queries can be held back (the session listing is not): while
+  // they are, only the hint path can claim what the leaving peer hinted.
+  const { LeaseTable } = leaselock;
+  const HELD_BACK_MS = 6_000;
+  const slow = { on: false, waiting: 0 };
+  const sdk = client();
+  sdk.middlewareStack.add(
+    (next, context) => async (args) => {
+      const listing = ':session' in (args.input.ExpressionAttributeValues ?? {});
+      if (slow.on && context.commandName === 'QueryCommand' && !listing) {
+        slow.waiting += 1;
+        await new Promise((resolve) => setTimeout(resolve, HELD_BACK_MS));
+        slow.waiting -= 1;
+      }
+      return next(args);
+    },
+    { step: 'initialize', name: 'holdBackOrphanQueries' },
+  );
+  const table = await freshTable(FAST);
+  const slowTable = new LeaseTable({ ...FAST, client: sdk, tableName: table.tableName });
+  const sqs = new SQSClient({});
+  const { QueueUrl: queueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `${table.tableName}-hints` }));
+  const ids = Array.from({ length: 12 }, (_, i) => `p${String(i).padStart(2, '0')}`);
+  await startAll(table, ids);
+  const spawn = (workerId, onTable, sources) => {
+    const rec = recorder();
+    const logger = { warn() {}, info: (message, fields) => message === 'claimed' && sources?.push([fields.connectionId, fields.source]) };
+    const worker = new Worker({ table: onTable, handler: rec.handler, sqs, queueUrl, workerId, orphanIntervalMs: 200, hintWaitMs: 1_000, logger });
+    const running = worker.run();
+    t.after(() => {
+      slow.on = false;
+      worker.shutdown();
+      return running;
+    });
+    return { worker, running, ...rec };
+  };
+  const held = (w) => w.worker.snapshot().held;
+  const sources = [];
+  const a = spawn('node-a', slowTable, sources);
+  await eventually(() => held(a).length === 12, 15_000, 'the first worker holds everything');
+  const b = spawn('node-b', table);
+  await eventually(() => held(a).length === 6 && held(b).length === 6, 20_000, 'six each');
+  await eventually(() => a.worker.snapshot().claimLimit === 6, 5_000, 'A at a share of 6');
+  const leaving = held(b);
+
+  slow.on = true;
+  await eventually(() => slow.waiting >= 1, 5_000, "A's orphan poll held back");
+  sources.length = 0;
+  b.worker.shutdown();
+  await b.running;
+  // The held-back poll needs two held-back queries (the orphans, then the owner index) to claim.
+  await eventually(() => held(a).length === 12, HELD_BACK_MS - 2_000, "A holds the leaving peer's work, from its hints");
+  assert.deepEqual(
+    sources.filter(([, source]) => source === 'hint').map(([id]) => id).sort(),
+    leaving,
+    'every connection of the peer that left was claimed from its hint',
+  );
+  assert.equal(a.worker.snapshot().claimLimit, 12);
 });

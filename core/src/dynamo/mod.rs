@@ -528,6 +528,10 @@ impl LeaseStore for LeaseTable {
         self.run(protocol::EndSession::new(&self.config, session)).await
     }
 
+    async fn end_session_reporting(&self, session: &Session, load: SessionLoad) -> Result<()> {
+        self.run(protocol::EndSession::new(&self.config, session).reporting(load)).await
+    }
+
     async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
         self.run(protocol::RetireSession::new(&self.config, owner, epoch)?).await
     }

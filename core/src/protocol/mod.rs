@@ -270,12 +270,22 @@ impl Budget {
     pub(crate) fn pause<T>(&mut self, input: &Input, cause: Cause) -> Step<T> {
         let delay = backoff_ms(self.attempt, 25, 1_000, input.random);
         let until = self.until.unwrap_or(input.mono_ms);
-        if !retry_fits(input.mono_ms, delay, until) {
+        if !retry_fits(input.mono_ms, delay + self.least_attempt_ms(), until) {
             return Step::Fail(self.exhausted(cause));
         }
         tracing::debug!(attempt = self.attempt, delay_ms = delay, cause = ?cause, "retrying");
         self.attempt += 1;
         Step::Sleep { ms: delay }
+    }
+
+    /// The least time a capped attempt is started with: an attempt cut to a few milliseconds by
+    /// the budget's end would turn a throttling answer into a timeout whose outcome is unknown.
+    fn least_attempt_ms(&self) -> u64 {
+        if self.cap_attempts {
+            (self.budget_ms / 5).max(100).min(self.attempt_timeout_ms)
+        } else {
+            0
+        }
     }
 
     fn exhausted(&self, cause: Cause) -> Error {

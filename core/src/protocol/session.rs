@@ -208,13 +208,7 @@ impl Operation for RenewSession {
                     let mut update = "SET #exp = :exp".to_string();
                     let mut names = vec![("#exp", a.expires_at_ms.as_str()), ("#fence", a.fence.as_str())];
                     let mut values = vec![(":exp", n(exp)), (":epoch", n(self.session.epoch)), (":zero", n(0))];
-                    if let Some(load) = self.load {
-                        update.push_str(", #held = :held, #max = :max");
-                        names.push(("#held", &self.config.session_held_attribute));
-                        names.push(("#max", &self.config.session_capacity_attribute));
-                        values.push((":held", n(load.held)));
-                        values.push((":max", n(load.max_connections)));
-                    }
+                    set_load(&self.config, self.load, &mut update, &mut names, &mut values);
                     // An ended session (expiry 0) stays ended.
                     let condition = Some("#fence = :epoch AND #exp > :zero".into());
                     let request = update_item(&self.config, &id, &update, condition, &names, values);
@@ -253,6 +247,23 @@ impl Operation for RenewSession {
     }
 }
 
+/// Adds what a session holds (`load`) to a session write: ", #held = :held, #max = :max".
+fn set_load<'a>(
+    config: &'a TableConfig,
+    load: Option<SessionLoad>,
+    update: &mut String,
+    names: &mut Vec<(&'static str, &'a str)>,
+    values: &mut Vec<(&'static str, AttributeValue)>,
+) {
+    if let Some(load) = load {
+        update.push_str(", #held = :held, #max = :max");
+        names.push(("#held", &config.session_held_attribute));
+        names.push(("#max", &config.session_capacity_attribute));
+        values.push((":held", n(load.held)));
+        values.push((":max", n(load.max_connections)));
+    }
+}
+
 /// `end_session`: session expiry 0, which frees every connection held under it at once (the
 /// fleet claims them as a dead session's). `Lost` when the epoch was no longer the item's. An
 /// ambiguous attempt is simply sent again (the write is idempotent).
@@ -260,12 +271,20 @@ impl Operation for RenewSession {
 pub struct EndSession {
     config: TableConfig,
     session: Session,
+    load: Option<SessionLoad>,
     budget: Budget,
 }
 
 impl EndSession {
     pub fn new(config: &TableConfig, session: &Session) -> Self {
-        Self { config: config.clone(), session: session.clone(), budget: Budget::lease(config.renew_ms()) }
+        Self { config: config.clone(), session: session.clone(), load: None, budget: Budget::lease(config.renew_ms()) }
+    }
+
+    /// The end also records `load`, what it frees (the same write): a worker at its fair share
+    /// that reads the ended session counts that as work nobody holds.
+    pub fn reporting(mut self, load: SessionLoad) -> Self {
+        self.load = Some(load);
+        self
     }
 }
 
@@ -274,14 +293,12 @@ impl Operation for EndSession {
     fn next(&mut self, mut input: Input) -> Step<()> {
         let Some(answer) = input.answer.take() else {
             let a = &self.config.attributes;
-            let request = update_item(
-                &self.config,
-                &self.config.session_id(&self.session.owner),
-                "SET #exp = :zero",
-                Some("#fence = :epoch".into()),
-                &[("#exp", &a.expires_at_ms), ("#fence", &a.fence)],
-                vec![(":zero", n(0)), (":epoch", n(self.session.epoch))],
-            );
+            let mut update = "SET #exp = :zero".to_string();
+            let mut names = vec![("#exp", a.expires_at_ms.as_str()), ("#fence", a.fence.as_str())];
+            let mut values = vec![(":zero", n(0)), (":epoch", n(self.session.epoch))];
+            set_load(&self.config, self.load, &mut update, &mut names, &mut values);
+            let id = self.config.session_id(&self.session.owner);
+            let request = update_item(&self.config, &id, &update, Some("#fence = :epoch".into()), &names, values);
             return self.budget.send(input.mono_ms, Request::UpdateItem(request));
         };
         match triage(answer, &self.config.table_name) {

@@ -397,6 +397,24 @@ fn a_retry_that_would_pass_the_budget_fails_with_the_real_cause() {
     assert!(matches!(err, Error::Timeout { outcome_unknown: true }), "{err:?}");
     assert!(err.to_string().contains("may have been applied"));
 
+    // A throttled operation never starts an attempt with less than a fifth of its budget left,
+    // so a slow throttling answer cannot become a timeout.
+    let tight = cfg().operation_budget(Duration::from_millis(1_500));
+    let mut op = Start::new(&tight, "s1", "wss://x/s1").unwrap();
+    let mut now = 0;
+    assert_eq!(sent(op.next(at(now))).1, 1_500);
+    let err = loop {
+        now += 10;
+        match op.next(Input::new(NOW, now, 0.999).with(Answer::Throttled("t".into()))) {
+            Step::Sleep { ms } => now += ms,
+            Step::Fail(e) => break e,
+            other => panic!("{other:?}"),
+        }
+        let (_, timeout) = sent(op.next(at(now)));
+        assert!(timeout >= 300, "an attempt at {now} ms got {timeout} ms");
+    };
+    assert!(matches!(err, Error::Throttled), "{err:?}");
+
     let mut op = Get::new(&c, "s1").unwrap();
     op.next(at(0));
     let err = failed(op.next(Input::new(NOW, 9_990, 0.999).with(Answer::Ambiguous("timeout".into()))));
@@ -903,6 +921,12 @@ mod session {
         let mut op = EndSession::new(&cfg(), &session(19_000));
         op.next(at(0));
         assert_eq!(summary(op.next(at(5).with(Answer::ConditionFailed { item: None }))), "fail Lost");
+        // Reporting what it frees: the same write carries it, under the same condition.
+        let freed = crate::SessionLoad { held: 6, max_connections: 700 };
+        let r = update_of(EndSession::new(&cfg(), &session(19_000)).reporting(freed).next(at(0)));
+        assert_eq!(r.update_expression, "SET #exp = :zero, #held = :held, #max = :max");
+        assert_eq!(r.condition_expression.as_deref(), Some("#fence = :epoch"));
+        assert_eq!((&r.expression_attribute_values[":held"], &r.expression_attribute_values[":max"]), (&n(6), &n(700)));
 
         let mut op = RetireSession::new(&cfg(), "old", 7).unwrap();
         let u = update_of(op.next(at(0)));

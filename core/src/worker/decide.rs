@@ -630,6 +630,14 @@ pub fn hand_over_now(share: &Share, since_last_round_ms: Option<u64>, pace_ms: u
     share.excess.min(part).min(batch)
 }
 
+/// Whether a held connection counts in the load a session renewal reports: not once it is
+/// leaving (handed over, stopped, lost, past its deadline, released), but still while the worker
+/// shuts down: it stays held under the session until the end write frees it all at once. The
+/// ended session's last report is then the work it freed, which [`Balancer::refreshed_limit`] counts.
+pub fn counts_in_load(reason: Option<CancelReason>, handing_over: bool) -> bool {
+    !handing_over && matches!(reason, None | Some(CancelReason::Shutdown))
+}
+
 /// Which connections to hand over: those claimed the fewest times (lowest fence) first, then
 /// the longest held (lowest claim order), so no connection keeps moving while others stay.
 /// `held` is (id, fence, claim order); returns `count` ids.
@@ -637,6 +645,128 @@ pub fn hand_over_picks(held: &[(String, u64, u64)], count: usize) -> Vec<String>
     let mut held: Vec<&(String, u64, u64)> = held.iter().collect();
     held.sort_by(|a, b| (a.1, a.2, &a.0).cmp(&(b.1, b.2, &b.0)));
     held.into_iter().take(count).map(|(id, _, _)| id.clone()).collect()
+}
+
+/// Of one orphan poll's page, in balance terms: `unowned`, the STARTED orphans nobody here holds
+/// or claims; `in_flight`, those of them that name this worker (handed over, not claimed yet).
+pub fn orphan_counts(
+    items: &[LeaseItem],
+    now_ms: u64,
+    config: &TableConfig,
+    own: &str,
+    is_tracked: impl Fn(&str) -> bool,
+) -> (u64, u64) {
+    let orphans: Vec<&LeaseItem> = items
+        .iter()
+        .filter(|i| i.desired_state == Some(DesiredState::Started) && !is_tracked(&i.id))
+        .filter(|i| is_orphan(i, now_ms, config))
+        .collect();
+    let in_flight = orphans.iter().filter(|i| i.owner.as_deref() == Some(own)).count();
+    (orphans.len() as u64, in_flight as u64)
+}
+
+/// What a balancing worker remembers from one orphan poll to the next: when it first saw each
+/// live session of the others (a new one is watched for a pace before any work moves) and
+/// when its last hand-over round began. Every driver keeps one and feeds it the session listing.
+#[derive(Debug, Default, Clone)]
+pub struct Balancer {
+    /// When each live session (owner, epoch) was first seen, monotonic ms.
+    seen: HashMap<(String, u64), u64>,
+    /// When the last hand-over round began, monotonic ms.
+    last_round_mono_ms: Option<u64>,
+    /// Dead sessions (owner, epoch) whose last report [`Balancer::refreshed_limit`] has counted
+    /// (once: the work it freed is claimed after; kept until the session is no longer listed).
+    counted_dead: std::collections::HashSet<(String, u64)>,
+}
+
+/// One balance decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalanceStep {
+    /// The most this worker may hold after claiming (its `max_connections` while a live
+    /// session does not report its load).
+    pub claim_limit: u64,
+    /// How many connections to hand over now (a round begins when this is not zero).
+    pub hand_over: u64,
+    /// The balance it came from, when every live session reports its load.
+    pub share: Option<Share>,
+}
+
+impl Balancer {
+    /// Splits the listing of every session into the others' live sessions (as peers, with how
+    /// long each epoch has been seen) and the dead sessions (ours included).
+    pub fn read(
+        &mut self,
+        sessions: Vec<SessionItem>,
+        own: &str,
+        now_ms: u64,
+        mono_ms: u64,
+        config: &TableConfig,
+    ) -> (Vec<PeerSession>, Vec<SessionItem>) {
+        let mut peers = Vec::new();
+        let mut dead = Vec::new();
+        let mut live = Vec::new();
+        for s in sessions {
+            if s.is_dead(now_ms, config) {
+                dead.push(s);
+            } else if s.owner != own {
+                let key = (s.owner, s.epoch);
+                let first_seen = *self.seen.entry(key.clone()).or_insert(mono_ms);
+                live.push(key);
+                peers.push(PeerSession { load: s.load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
+            }
+        }
+        self.seen.retain(|k, _| live.contains(k));
+        (peers, dead)
+    }
+
+    /// At the claim limit with hints waiting: the limit one listing of every session allows
+    /// now. A session of another worker that ended or died counts what it last reported as work
+    /// nobody holds (a peer left: the share grows), the first time it is seen dead only (after
+    /// that the work it freed is being claimed, here or elsewhere). Callers only ever raise their
+    /// limit with it; the next orphan poll sets the limit from the whole view. `max_connections`
+    /// while a live peer has not reported.
+    pub fn refreshed_limit(
+        &mut self,
+        sessions: &[SessionItem],
+        own: &str,
+        me: crate::SessionLoad,
+        now_ms: u64,
+        config: &TableConfig,
+        pace_ms: u64,
+    ) -> u64 {
+        let mut peers = Vec::new();
+        let mut unowned = 0;
+        let mut dead = std::collections::HashSet::new();
+        for s in sessions.iter().filter(|s| s.owner != own) {
+            if s.is_dead(now_ms, config) {
+                let key = (s.owner.clone(), s.epoch);
+                if !self.counted_dead.contains(&key) {
+                    unowned += s.load.map_or(0, |l| l.held);
+                }
+                dead.insert(key);
+            } else {
+                peers.push(PeerSession { load: s.load, seen_for_ms: u64::MAX });
+            }
+        }
+        self.counted_dead = dead;
+        let view = FleetView { me, peers: &peers, unowned, in_flight: 0 };
+        fair_share(&view, pace_ms).map_or(me.max_connections, |s| s.claim_limit)
+    }
+
+    /// The claim limit and, paced, how many connections to hand over now ([`fair_share`],
+    /// [`hand_over_now`]); a round that hands something over starts at `mono_ms`.
+    pub fn step(&mut self, view: &FleetView<'_>, mono_ms: u64, pace_ms: u64) -> BalanceStep {
+        let share = fair_share(view, pace_ms);
+        let claim_limit = share.map_or(view.me.max_connections, |s| s.claim_limit);
+        let hand_over = share.map_or(0, |share| {
+            let since = self.last_round_mono_ms.map(|t| mono_ms.saturating_sub(t));
+            hand_over_now(&share, since, pace_ms)
+        });
+        if hand_over > 0 {
+            self.last_round_mono_ms = Some(mono_ms);
+        }
+        BalanceStep { claim_limit, hand_over, share }
+    }
 }
 
 #[cfg(test)]
@@ -681,6 +811,48 @@ mod balance_tests {
         let s =
             fair_share(&FleetView { me: load(0, 20), peers: &[peer(120)], unowned: 0, in_flight: 0 }, 2_000).unwrap();
         assert_eq!((s.mine, s.claim_limit), (20, 20));
+    }
+
+    #[test]
+    fn a_shutting_down_worker_still_reports_what_it_holds() {
+        assert!(counts_in_load(None, false));
+        assert!(counts_in_load(Some(CancelReason::Shutdown), false));
+        for leaving in [CancelReason::HandOver, CancelReason::Stopped, CancelReason::Lost, CancelReason::Deadline] {
+            assert!(!counts_in_load(Some(leaving), false), "{leaving:?}");
+        }
+        assert!(!counts_in_load(None, true));
+    }
+
+    #[test]
+    fn a_peer_that_left_raises_the_refreshed_limit_once() {
+        let config = TableConfig::default();
+        let now = 1_000_000;
+        let session = |owner: &str, expires_at_ms: u64, held: Option<u64>| SessionItem {
+            owner: owner.into(),
+            epoch: 1,
+            expires_at_ms,
+            load: held.map(|h| load(h, 700)),
+        };
+        let refreshed = |b: &mut Balancer, held: u64, sessions: &[SessionItem]| {
+            b.refreshed_limit(sessions, "a", load(held, 700), now, &config, 2_000)
+        };
+        let live = now + 10_000;
+        let mut b = Balancer::default();
+        // Both live with 6 each: the limit stays at 6.
+        assert_eq!(refreshed(&mut b, 6, &[session("a", live, Some(6)), session("b", live, Some(6))]), 6);
+        // b ended (expiry 0) having reported 6: its 6 are unowned, and a alone takes all 12.
+        let ended = [session("a", live, Some(6)), session("b", 0, Some(6))];
+        assert_eq!(refreshed(&mut b, 6, &ended), 12);
+        // Seen again once a holds 9 of them: b's 6 are not counted twice.
+        assert_eq!(refreshed(&mut b, 9, &ended), 9);
+        // b died, and c is live with 6: 18 over two.
+        let three = [session("a", live, Some(6)), session("b", now - 60_000, Some(6)), session("c", live, Some(6))];
+        assert_eq!(refreshed(&mut Balancer::default(), 6, &three), 9);
+        // Our own dead earlier epoch is not a peer's work.
+        let own = [session("a", 0, Some(50)), session("b", live, Some(6))];
+        assert_eq!(refreshed(&mut Balancer::default(), 6, &own), 6);
+        // A live peer that has not reported: the fleet's work is unknown, max_connections.
+        assert_eq!(refreshed(&mut Balancer::default(), 6, &[session("b", live, None)]), 700);
     }
 
     #[test]
@@ -749,6 +921,72 @@ mod balance_tests {
         assert_eq!(hand_over_picks(&held, 3), vec!["b", "a", "c"]);
         assert_eq!(hand_over_picks(&held, 0), Vec::<String>::new());
         assert_eq!(hand_over_picks(&held, 9).len(), 4);
+    }
+
+    #[test]
+    fn the_balancer_watches_new_sessions_and_paces_its_rounds() {
+        let config = TableConfig::default();
+        let session = |owner: &str, epoch, expires_at_ms, held| SessionItem {
+            owner: owner.into(),
+            epoch,
+            expires_at_ms,
+            load: Some(load(held, 700)),
+        };
+        let now = 1_000_000;
+        let mut b = Balancer::default();
+        let listing =
+            || vec![session("me", 1, now + 5_000, 0), session("a", 1, now + 5_000, 30), session("d", 1, 1, 9)];
+        let (peers, dead) = b.read(listing(), "me", now, 50_000, &config);
+        assert_eq!(peers, vec![PeerSession { load: Some(load(30, 700)), seen_for_ms: 0 }]);
+        assert_eq!(dead.iter().map(|s| s.owner.as_str()).collect::<Vec<_>>(), ["d"]);
+        fn view(peers: &[PeerSession]) -> FleetView<'_> {
+            FleetView { me: load(0, 700), peers, unowned: 0, in_flight: 0 }
+        }
+        // Seen for less than a pace: the share is known, nothing moves yet.
+        let step = b.step(&view(&peers), 50_000, 12_000);
+        assert_eq!((step.claim_limit, step.hand_over), (15, 0));
+        // A pace later the same epoch has been seen long enough; "a" (not this worker) would
+        // hand over, this one, short of its share, claims up to it.
+        let (peers, _) = b.read(listing(), "me", now, 62_000, &config);
+        assert_eq!(peers[0].seen_for_ms, 12_000);
+        let (donor, _) = Balancer::default().read(listing(), "a", now, 0, &config);
+        let mut d = Balancer::default();
+        let donor_view = FleetView {
+            me: load(30, 700),
+            peers: &[PeerSession { seen_for_ms: 60_000, ..donor[0] }],
+            unowned: 0,
+            in_flight: 0,
+        };
+        assert_eq!(d.step(&donor_view, 62_000, 12_000).hand_over, 8);
+        assert_eq!(d.step(&donor_view, 62_001, 12_000).hand_over, 0, "within one pace of the last round");
+        assert_eq!(d.step(&donor_view, 74_000, 12_000).hand_over, 8);
+        // A new epoch of a peer is a new session: watched again from zero.
+        let relisted = vec![session("a", 2, now + 5_000, 30)];
+        assert_eq!(b.read(relisted, "me", now, 70_000, &config).0[0].seen_for_ms, 0);
+        // A session without a report turns the balance off: claim up to max_connections.
+        let silent = [PeerSession { load: None, seen_for_ms: 60_000 }];
+        assert_eq!(b.step(&view(&silent), 80_000, 12_000), BalanceStep { claim_limit: 700, hand_over: 0, share: None });
+    }
+
+    #[test]
+    fn orphans_in_balance_terms() {
+        let config = TableConfig::default();
+        let item = |id: &str, owner: Option<&str>, exp: u64, state| LeaseItem {
+            id: id.into(),
+            owner: owner.map(Into::into),
+            expires_at_ms: Some(exp),
+            desired_state: Some(state),
+            ..LeaseItem::default()
+        };
+        let now = 1_000_000;
+        let items = [
+            item("free", None, 0, DesiredState::Started),
+            item("mine-released", Some("me"), 0, DesiredState::Started),
+            item("tracked", Some("me"), 0, DesiredState::Started),
+            item("held", Some("a"), now + 5_000, DesiredState::Started),
+            item("stopped", None, 0, DesiredState::Stopped),
+        ];
+        assert_eq!(orphan_counts(&items, now, &config, "me", |id| id == "tracked"), (2, 1));
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub use decide::{
 use crate::config::validate_id;
 use crate::{Error, LeaseMode, LeaseStore, Result, Session, SessionLoad};
 use connection::Held;
-use decide::{claim_failure, claim_outlived_session, is_fleet_work, moves_with_session, ClaimFailure};
+use decide::{claim_failure, claim_outlived_session, counts_in_load, is_fleet_work, moves_with_session, ClaimFailure};
 use report::{Counters, Reporter};
 
 /// The error a handler may return.
@@ -226,6 +226,7 @@ impl WorkerBuilder {
             reclaim_own: std::sync::atomic::AtomicBool::new(false),
             unsettled: Mutex::new(std::collections::BTreeSet::new()),
             claim_limit: AtomicUsize::new(max_connections),
+            balancer: Mutex::new(decide::Balancer::default()),
             balance_changed: tokio::sync::Notify::new(),
             claims: AtomicU64::new(0),
             renew_now: tokio::sync::Notify::new(),
@@ -307,6 +308,9 @@ pub(crate) struct Inner {
     /// Session mode with balance: the most this worker may hold after a claim (its fair
     /// share), set by every orphan poll.
     pub(crate) claim_limit: AtomicUsize,
+    /// Session mode with balance: what the orphan polls (and the hint loop's refreshes)
+    /// remember from one listing of the sessions to the next.
+    pub(crate) balancer: Mutex<decide::Balancer>,
     /// Fires when the claim limit was set again (the hint loop waits on it while at the limit).
     pub(crate) balance_changed: tokio::sync::Notify,
     /// Claims so far: the order of each held lease's claim.
@@ -361,6 +365,10 @@ impl Inner {
 
     /// What the session reports: the work held or being claimed here (not what is being
     /// handed over, stopped or lost) and `max_connections`.
+    pub(crate) fn balancer(&self) -> std::sync::MutexGuard<'_, decide::Balancer> {
+        self.balancer.lock().expect("balancer poisoned")
+    }
+
     pub(crate) fn load(&self) -> SessionLoad {
         let leases = self.leases.lock().expect("leases poisoned");
         let held = leases
@@ -368,7 +376,7 @@ impl Inner {
             .values()
             .filter(|t| match t {
                 Tracked::Claiming => true,
-                Tracked::Held(h) => h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0,
+                Tracked::Held(h) => counts_in_load(h.cancel.reason(), h.handing_over.load(Ordering::SeqCst) != 0),
             })
             .count();
         SessionLoad { held: held as u64, max_connections: self.settings.max_connections as u64 }
@@ -803,7 +811,9 @@ impl<T> Drop for AbortOnDrop<T> {
 /// the work is hinted to the fleet. No per-connection write is waited for.
 async fn end_session(inner: &Inner, ids: &[String]) {
     let Some(session) = inner.current_session() else { return };
-    match inner.store.end_session(&session).await {
+    // The end reports what it frees: a peer at its share counts it when the hints arrive.
+    let freed = SessionLoad { held: ids.len() as u64, max_connections: inner.settings.max_connections as u64 };
+    match inner.store.end_session_reporting(&session, freed).await {
         Ok(()) => info!(worker_id = %inner.id, epoch = session.epoch, "session ended"),
         Err(e) => warn!(worker_id = %inner.id, error = %e, "session end failed; it will expire"),
     }

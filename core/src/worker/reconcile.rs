@@ -1,7 +1,6 @@
 //! The worker-wide loops that read the table: orphan reconciliation (the sparse GSI) and the
 //! batched desired-state check of every held lease.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,23 +8,21 @@ use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    balance_pace_ms, dead_session_owners, desired_state_phase_ms, fair_share, hand_over_now, jittered_ms,
-    orphan_query_cutoff, orphan_retry_ms, plan_orphans, stopped_ids, CancelReason, FleetView, OrphanPlan, OrphanPoll,
-    PeerSession, CLAIM_CONCURRENCY,
+    balance_pace_ms, dead_session_owners, desired_state_phase_ms, jittered_ms, orphan_counts, orphan_query_cutoff,
+    orphan_retry_ms, plan_orphans, stopped_ids, CancelReason, FleetView, OrphanPlan, OrphanPoll, PeerSession,
+    CLAIM_CONCURRENCY,
 };
 use super::Inner;
-use crate::lease::is_orphan;
-use crate::{DesiredState, Result};
+use crate::Result;
 
 pub(crate) async fn orphan_loop(inner: Arc<Inner>) {
     let mut failures = 0;
-    let mut balancer = Balancer::default();
     loop {
         if inner.shutdown.is_cancelled() {
             return;
         }
         settle_unknown_claims(&inner).await;
-        let wake_in_ms = match poll_orphans(&inner, &mut balancer).await {
+        let wake_in_ms = match poll_orphans(&inner).await {
             Ok(ms) => {
                 failures = 0;
                 ms
@@ -78,17 +75,8 @@ async fn settle_unknown_claims(inner: &Inner) {
     }
 }
 
-/// Session mode: what the balance remembers between polls.
-#[derive(Debug, Default)]
-struct Balancer {
-    /// When each live session (owner, epoch) was first seen, monotonic ms.
-    seen: HashMap<(String, u64), u64>,
-    /// When the last hand-over round began, monotonic ms.
-    last_round_mono_ms: Option<u64>,
-}
-
 /// One poll: query orphans (and leases about to expire), claim what fits, say when to poll next.
-async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
+async fn poll_orphans(inner: &Inner) -> Result<u64> {
     let store = &*inner.store;
     let config = store.config();
     let interval_ms = inner.settings.orphan_interval.as_millis() as u64;
@@ -111,28 +99,17 @@ async fn poll_orphans(inner: &Inner, balancer: &mut Balancer) -> Result<u64> {
     let now_ms = store.clock().now_ms();
     let fleet = if session_mode && inner.current_session().is_some() {
         // A failed read of the fleet leaves the limit as it was; the orphans are still claimed.
-        read_fleet(inner, balancer).await.inspect_err(|e| warn!(error = %e, "reading the sessions failed")).ok()
+        read_fleet(inner).await.inspect_err(|e| warn!(error = %e, "reading the sessions failed")).ok()
     } else {
         None
     };
     let dead = if let Some(fleet) = fleet {
         if inner.balanced() {
-            let unowned_orphans = page
-                .items
-                .iter()
-                .filter(|i| i.desired_state == Some(DesiredState::Started) && !inner.is_tracked(&i.id))
-                .filter(|i| is_orphan(i, now_ms, config))
-                .count();
-            // Released by us (a hand-over) and not claimed yet.
-            let in_flight = page
-                .items
-                .iter()
-                .filter(|i| i.owner.as_deref() == Some(inner.id.as_str()) && !inner.is_tracked(&i.id))
-                .filter(|i| i.desired_state == Some(DesiredState::Started) && is_orphan(i, now_ms, config))
-                .count();
+            // In flight: released by us (a hand-over) and not claimed yet.
+            let (unowned_orphans, in_flight) =
+                orphan_counts(&page.items, now_ms, config, &inner.id, |id| inner.is_tracked(id));
             let dead_work: usize = fleet.dead.iter().map(|d| d.ids.len()).sum();
-            let unowned = (unowned_orphans + dead_work) as u64;
-            balance(inner, balancer, &fleet.peers, unowned, in_flight as u64);
+            balance(inner, &fleet.peers, unowned_orphans + dead_work as u64, in_flight);
         }
         fleet.dead
     } else {
@@ -182,25 +159,12 @@ struct Fleet {
 
 /// One query of the session partition (live and dead alike), then the owner index per dead
 /// session. Work of our own earlier epochs is listed too, once after a new epoch was opened.
-async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
+async fn read_fleet(inner: &Inner) -> Result<Fleet> {
     let store = &*inner.store;
     let config = store.config();
     let sessions = store.sessions(u64::MAX).await?;
     let (now_ms, mono_ms) = (store.clock().now_ms(), store.clock().monotonic_ms());
-    let mut peers = Vec::new();
-    let mut dead_sessions = Vec::new();
-    let mut live_keys = Vec::new();
-    for s in sessions {
-        if s.is_dead(now_ms, config) {
-            dead_sessions.push(s);
-        } else if s.owner != inner.id {
-            let key = (s.owner, s.epoch);
-            let first_seen = *balancer.seen.entry(key.clone()).or_insert(mono_ms);
-            live_keys.push(key);
-            peers.push(PeerSession { load: s.load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
-        }
-    }
-    balancer.seen.retain(|k, _| live_keys.contains(k));
+    let (peers, dead_sessions) = inner.balancer().read(sessions, &inner.id, now_ms, mono_ms, config);
     let reclaim_own = inner.reclaim_own.swap(false, std::sync::atomic::Ordering::SeqCst);
     let mut dead = Vec::new();
     for (owner, epoch) in dead_session_owners(&dead_sessions, &inner.id, reclaim_own) {
@@ -214,21 +178,16 @@ async fn read_fleet(inner: &Inner, balancer: &mut Balancer) -> Result<Fleet> {
 
 /// Sets the claim limit from the fleet's load and, paced, hands a few connections over when
 /// this worker is above its share while another is short of its own.
-fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowned: u64, in_flight: u64) {
+fn balance(inner: &Inner, peers: &[PeerSession], unowned: u64, in_flight: u64) {
     let store = &*inner.store;
     let config = store.config();
     let pace_ms = balance_pace_ms(config.renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
     let view = FleetView { me: inner.load(), peers, unowned, in_flight };
-    let share = fair_share(&view, pace_ms);
-    let limit = share.map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
-    inner.claim_limit.store(limit, std::sync::atomic::Ordering::SeqCst);
+    let step = inner.balancer().step(&view, store.clock().monotonic_ms(), pace_ms);
+    inner.claim_limit.store(step.claim_limit as usize, std::sync::atomic::Ordering::SeqCst);
     inner.balance_changed.notify_waiters();
-    let Some(share) = share else { return };
-    let now = store.clock().monotonic_ms();
-    let since = balancer.last_round_mono_ms.map(|t| now.saturating_sub(t));
-    let count = hand_over_now(&share, since, pace_ms);
+    let (Some(share), count) = (step.share, step.hand_over) else { return };
     if count > 0 && !inner.shutdown.is_cancelled() {
-        balancer.last_round_mono_ms = Some(now);
         let ids = inner.hand_over(count as usize);
         info!(
             worker_id = %inner.id, handing_over = ids.len(), share = share.mine, work = share.work,
@@ -243,20 +202,11 @@ fn balance(inner: &Inner, balancer: &mut Balancer, peers: &[PeerSession], unowne
 pub(crate) async fn refresh_claim_limit(inner: &Inner) {
     let store = &*inner.store;
     let Ok(sessions) = store.sessions(u64::MAX).await else { return };
-    let now_ms = store.clock().now_ms();
-    let mut peers = Vec::new();
-    let mut unowned = 0;
-    for s in sessions.iter().filter(|s| s.owner != inner.id) {
-        if s.is_dead(now_ms, store.config()) {
-            unowned += s.load.map_or(0, |l| l.held);
-        } else {
-            peers.push(PeerSession { load: s.load, seen_for_ms: u64::MAX });
-        }
-    }
     let pace_ms = balance_pace_ms(store.config().renew_ms(), inner.settings.orphan_interval.as_millis() as u64);
-    let view = FleetView { me: inner.load(), peers: &peers, unowned, in_flight: 0 };
-    let limit = fair_share(&view, pace_ms).map_or(inner.settings.max_connections, |s| s.claim_limit as usize);
-    inner.claim_limit.fetch_max(limit, std::sync::atomic::Ordering::SeqCst);
+    let now_ms = store.clock().now_ms();
+    let me = inner.load();
+    let limit = inner.balancer().refreshed_limit(&sessions, &inner.id, me, now_ms, store.config(), pace_ms);
+    inner.claim_limit.fetch_max(limit as usize, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Claims `ids` in waves no larger than the room left (all at once for our own earlier work):

@@ -199,10 +199,26 @@ impl Role {
     }
 }
 
-/// The shared directory of one run.
-#[derive(Debug, Clone)]
+/// The shared directory of one run. The test's own copy removes it when the test passes (a failed
+/// run keeps it for a look); copies, and the children's, leave it.
+#[derive(Debug)]
 pub struct Shared {
     pub dir: PathBuf,
+    owner: bool,
+}
+
+impl Clone for Shared {
+    fn clone(&self) -> Self {
+        Shared { dir: self.dir.clone(), owner: false }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.owner && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 impl Shared {
@@ -211,7 +227,7 @@ impl Shared {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("state"), json!({"holders": 0, "terms": 0, "last_fence": {}}).to_string()).unwrap();
         File::create(dir.join("events")).unwrap();
-        Shared { dir }
+        Shared { dir, owner: true }
     }
 
     fn state_file(&self) -> File {
@@ -350,7 +366,7 @@ pub fn contender_main() {
 async fn contend() {
     let setup = Setup::from_env();
     let role = Role::from_env();
-    let shared = Shared { dir: PathBuf::from(std::env::var("ELECTION_DIR").unwrap()) };
+    let shared = Shared { dir: PathBuf::from(std::env::var("ELECTION_DIR").unwrap()), owner: false };
     let (backend, store) = connect(&setup).await;
     let store = Arc::new(store);
     let options = ElectionOptions::default()

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leaselock::worker::TokioClock;
+use leaselock::worker::{BoxError, Connection, TokioClock, WorkerBuilder, WorkerHandle};
 use leaselock::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, LeaseTable, MemoryStore, OrphanCursor, OrphanPage,
-    Result, SkewedClock, TableConfig,
+    Result, SkewedClock, TableConfig, WorkerSnapshot,
 };
 
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -165,12 +165,17 @@ pub struct Faulty<S> {
     pub partitioned: AtomicBool,
     pub renew_hangs: AtomicBool,
     pub checkpoint_hangs: AtomicBool,
-    pub checkpoint_calls: Mutex<Vec<u64>>,
+    /// Every checkpoint that reached the store: (the store clock's monotonic ms, the lease's fence).
+    pub checkpoint_calls: Mutex<Vec<(u64, u64)>>,
     pub release_delay_ms: AtomicU64,
     pub releases_in_flight: AtomicU32,
     pub max_releases_in_flight: AtomicU32,
     /// The next this many fleet claims are applied, then answered "outcome unknown".
     pub claim_answers_lost: AtomicU32,
+    /// While set, orphan-index and owner-index reads wait (the session listing does not);
+    /// `orphan_reads_waiting` counts the reads waiting.
+    pub orphan_reads_held_back: AtomicBool,
+    pub orphan_reads_waiting: AtomicU32,
 }
 
 impl<S> Faulty<S> {
@@ -185,7 +190,29 @@ impl<S> Faulty<S> {
             releases_in_flight: AtomicU32::new(0),
             max_releases_in_flight: AtomicU32::new(0),
             claim_answers_lost: AtomicU32::new(0),
+            orphan_reads_held_back: AtomicBool::new(false),
+            orphan_reads_waiting: AtomicU32::new(0),
         }
+    }
+
+    /// Unreachable: the error; with `renew_hangs`, never answers.
+    async fn renewal_allowed(&self) -> Result<()> {
+        self.reachable()?;
+        if self.renew_hangs.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+
+    async fn orphan_read_allowed(&self) {
+        if !self.orphan_reads_held_back.load(Ordering::SeqCst) {
+            return;
+        }
+        self.orphan_reads_waiting.fetch_add(1, Ordering::SeqCst);
+        while self.orphan_reads_held_back.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.orphan_reads_waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -228,10 +255,7 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         Ok(lease)
     }
     async fn renew(&self, lease: &mut Lease) -> Result<()> {
-        self.reachable()?;
-        if self.renew_hangs.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
+        self.renewal_allowed().await?;
         self.inner.renew(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -245,7 +269,7 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
     }
     async fn checkpoint(&self, lease: &mut Lease, seq: u64) -> Result<()> {
         self.reachable()?;
-        self.checkpoint_calls.lock().unwrap().push(self.inner.clock().monotonic_ms());
+        self.checkpoint_calls.lock().unwrap().push((self.inner.clock().monotonic_ms(), lease.fence));
         if self.checkpoint_hangs.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
@@ -261,10 +285,12 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
     }
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
         self.reachable()?;
+        self.orphan_read_allowed().await;
         self.inner.orphans_page(cutoff_ms, page_size, after).await
     }
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
         self.reachable()?;
+        self.orphan_read_allowed().await;
         self.inner.owned_by(owner).await
     }
     async fn items(&self) -> Result<Vec<LeaseItem>> {
@@ -272,22 +298,28 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
         self.inner.items().await
     }
     async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<leaselock::Session> {
-        self.reachable()?;
-        if self.renew_hangs.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
+        self.renewal_allowed().await?;
         self.inner.create_session(owner, previous).await
     }
     async fn renew_session(&self, session: &mut leaselock::Session) -> Result<()> {
-        self.reachable()?;
-        if self.renew_hangs.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
+        self.renewal_allowed().await?;
         self.inner.renew_session(session).await
+    }
+    async fn renew_session_reporting(
+        &self,
+        session: &mut leaselock::Session,
+        load: leaselock::SessionLoad,
+    ) -> Result<()> {
+        self.renewal_allowed().await?;
+        self.inner.renew_session_reporting(session, load).await
     }
     async fn end_session(&self, session: &leaselock::Session) -> Result<()> {
         self.reachable()?;
         self.inner.end_session(session).await
+    }
+    async fn end_session_reporting(&self, session: &leaselock::Session, load: leaselock::SessionLoad) -> Result<()> {
+        self.reachable()?;
+        self.inner.end_session_reporting(session, load).await
     }
     async fn retire_session(&self, owner: &str, epoch: u64) -> Result<bool> {
         self.reachable()?;
@@ -330,4 +362,26 @@ pub async fn lease_table(sdk: &aws_config::SdkConfig, config: TableConfig) -> Le
     let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(sdk), config).unwrap();
     table.create_table().await.unwrap();
     table
+}
+
+/// Starts `builder`'s worker with handlers that wait to be cancelled, taking START hints from
+/// `queue` (long polls of 1 s) and polling orphans every `orphan_interval`.
+pub fn spawn_hinted(
+    builder: WorkerBuilder,
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+    orphan_interval: Duration,
+) -> (WorkerHandle, tokio::task::JoinHandle<WorkerSnapshot>) {
+    let worker = builder
+        .orphan_interval(orphan_interval)
+        .hint_queue(sqs.clone(), queue)
+        .hint_wait(Duration::from_secs(1))
+        .metrics_writer(Lines::default())
+        .build(|conn: Connection| async move {
+            conn.cancelled().await;
+            Ok::<(), BoxError>(())
+        })
+        .unwrap();
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run_until(std::future::pending())))
 }

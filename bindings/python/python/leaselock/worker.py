@@ -143,7 +143,9 @@ class Worker:
 
     ``table`` is a :class:`LeaseTable` or :class:`AsyncLeaseTable`; ``queue_url`` an SQS queue
     of START hints (optional: the orphan index finds work without it). Timing knobs are in
-    milliseconds with the design's defaults. Bad settings raise :class:`InvalidInput`.
+    milliseconds with the design's defaults. On a session-mode table the worker balances the
+    fleet's work (claims up to its fair share, hands the excess over; ``conn.cancel_reason``
+    is then ``"HandOver"``) unless ``balance=False``. Bad settings raise :class:`InvalidInput`.
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class Worker:
         handler_grace_ms: int = 5_000,
         hint_wait_ms: int = 5_000,
         metrics_namespace: Optional[str] = None,
+        balance: bool = True,
     ) -> None:
         self._native = _native.Worker(
             table._native,
@@ -171,6 +174,7 @@ class Worker:
             handler_grace_ms=handler_grace_ms,
             hint_wait_ms=hint_wait_ms,
             metrics_namespace=metrics_namespace,
+            balance=balance,
         )
         self._handler: Optional[Handler] = None
 
