@@ -104,6 +104,45 @@ async fn handlers_stop_at_the_session_deadline_when_the_store_is_silent() {
     a.task.abort();
 }
 
+/// A claim whose answer arrives after a session renewal has landed acts until the renewed
+/// session's deadline, not the one read before the claim was sent: no handler of a live,
+/// renewed session is ever cancelled at a deadline.
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_after_a_session_renewal_acts_until_the_renewed_deadline() {
+    let base = memory_store(session_config());
+    start_items(&base, "s", 3).await;
+    let faulty = Arc::new(Faulty::new(base.clone()));
+    // Two session renewals (every 1 s) land while the answer is on its way; the session read
+    // before the claim ends 2.5 s after its last renewal was sent.
+    faulty.session_claim_answer_delay_ms.store(2_400, std::sync::atomic::Ordering::SeqCst);
+    let reasons = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let worker = Worker::builder(faulty.clone())
+        .worker_id("a")
+        .orphan_interval(Duration::from_secs(1))
+        .balance(false)
+        .metrics_writer(Lines::default())
+        .build(move |conn| {
+            let seen = seen.clone();
+            async move {
+                conn.cancelled().await;
+                seen.lock().unwrap().push((conn.id().to_string(), conn.cancel_reason()));
+                Ok::<(), BoxError>(())
+            }
+        })
+        .unwrap();
+    let handle = worker.handle();
+    let task = tokio::spawn(worker.run_until(std::future::pending()));
+    wait_until(Duration::from_secs(20), "a holds 3", || handle.snapshot().held.len() == 3).await;
+    // Many session renewals later, every claim is still held and no handler was cancelled.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let snapshot = handle.snapshot();
+    assert_eq!(reasons.lock().unwrap().clone(), Vec::new(), "cancelled while the session was live");
+    assert_eq!((snapshot.held.len(), snapshot.acquired, snapshot.leases_lost), (3, 3, 0));
+    handle.shutdown();
+    task.await.unwrap();
+}
+
 /// A LeaseTable of its own (its own request counter) on `table`'s table.
 fn counted(table: &LeaseTable) -> LeaseTable {
     LeaseTable::new(table.client().clone(), table.config().clone()).unwrap()

@@ -524,9 +524,16 @@ impl Inner {
                 held.cancel.cancel(CancelReason::Shutdown);
             }
             // The session was lost (or a new epoch began) while the claim was in flight.
-            let epoch_now = self.session.lock().expect("session poisoned").as_ref().map(|s| s.epoch);
+            let session_now = self.session.lock().expect("session poisoned").clone();
+            let epoch_now = session_now.as_ref().map(|s| s.epoch);
             if self.session_mode() && claim_outlived_session(held.session_epoch, epoch_now) {
                 held.cancel.cancel(CancelReason::Deadline);
+            }
+            // Session cover reaches claims in flight: a renewal that landed while the claim's
+            // answer was on its way moves this claim's deadline too (the leases lock orders it
+            // with `set_session`, which moves only what is already held).
+            if let Some(s) = session_now.filter(|s| moves_with_session(held.session_epoch, held.cancel.reason(), s)) {
+                held.deadline_mono_ms.fetch_max(s.deadline_mono_ms, Ordering::SeqCst);
             }
         }
         self.counters.add(&self.counters.acquired, 1);

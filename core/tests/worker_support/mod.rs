@@ -176,6 +176,8 @@ pub struct Faulty<S> {
     /// `orphan_reads_waiting` counts the reads waiting.
     pub orphan_reads_held_back: AtomicBool,
     pub orphan_reads_waiting: AtomicU32,
+    /// A claim under a session is applied at once and answered this much later (a slow answer).
+    pub session_claim_answer_delay_ms: AtomicU64,
 }
 
 impl<S> Faulty<S> {
@@ -192,6 +194,7 @@ impl<S> Faulty<S> {
             claim_answers_lost: AtomicU32::new(0),
             orphan_reads_held_back: AtomicBool::new(false),
             orphan_reads_waiting: AtomicU32::new(0),
+            session_claim_answer_delay_ms: AtomicU64::new(0),
         }
     }
 
@@ -327,7 +330,9 @@ impl<S: LeaseStore> LeaseStore for Faulty<S> {
     }
     async fn claim_in_session(&self, id: &str, session: &leaselock::Session) -> Result<Lease> {
         self.reachable()?;
-        self.inner.claim_in_session(id, session).await
+        let claimed = self.inner.claim_in_session(id, session).await;
+        tokio::time::sleep(Duration::from_millis(self.session_claim_answer_delay_ms.load(Ordering::SeqCst))).await;
+        claimed
     }
     async fn sessions(&self, below_ms: u64) -> Result<Vec<leaselock::SessionItem>> {
         self.reachable()?;
