@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use leaselock::keeper::Upkeep;
 use leaselock::{CancelReason, Clock, Error, Hold, LeaseStore, Session, SessionItem, SystemClock};
 use pyo3::prelude::*;
 
@@ -113,7 +114,7 @@ impl SessionShared {
             return Err(self.lost());
         }
         let lease = self.store.claim_in_session(&id, &self.current()).await?;
-        let hold = Arc::new(Hold::new(self.store.clone(), lease, false));
+        let hold = Arc::new(Hold::new(self.store.clone(), lease, Upkeep::Watch));
         // A renewal that landed while the claim was in flight covers it too (same epoch).
         hold.cover(self.current().deadline_mono_ms);
         self.held.lock().expect("session poisoned").push(Arc::downgrade(&hold));

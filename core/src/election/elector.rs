@@ -13,6 +13,7 @@ use tracing::{debug, warn};
 use super::decide::{self, MinLease};
 use super::{slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, Timing};
 use crate::config::validate_id;
+use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
 use crate::{Error, Lease, Result};
 
 /// Why a term ended.
@@ -380,7 +381,8 @@ impl LeaderElector {
     }
 
     /// Renews the lease until the term ends; returns why it ended. Never ends on its own
-    /// otherwise (it is dropped when the action is done).
+    /// otherwise (it is dropped when the action is done). The schedule, the retry policy and
+    /// rule 2 are the [`Keeper`]'s, as for every held lease.
     async fn keep(
         &self,
         tx: &watch::Sender<Lease>,
@@ -390,46 +392,67 @@ impl LeaderElector {
     ) -> TermEnd {
         let clock = self.backend.clock();
         let timing = self.backend.timing();
-        let mut next_renew = sent_mono + timing.renew_ms();
+        let claim = Renewal {
+            deadline_mono_ms: tx.borrow().deadline_mono_ms,
+            next_renew_mono_ms: sent_mono + timing.renew_ms(),
+            stopped: false,
+        };
+        let mut keeper = Keeper::from_claim(claim, Upkeep::Renew, timing.renew_ms());
         let mut next_term = step_down.map(|s| sent_mono + s.term_ms);
         loop {
-            let deadline = tx.borrow().deadline_mono_ms;
             let now = clock.monotonic_ms();
-            if now >= deadline {
-                return TermEnd::Lost;
-            }
-            let wake = decide::next_wake(next_renew, deadline, next_term);
-            tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now))).await;
-            let now = clock.monotonic_ms();
-            if now >= deadline {
-                return TermEnd::Lost;
-            }
-            if let (Some(at), Some(s)) = (next_term, step_down) {
-                if now >= at {
-                    match self.backend.candidates(s.election).await {
-                        Ok(c) if decide::steps_down(s.strategy, &c, &self.owner) => {
-                            debug!(election = %s.election, "a better candidate: stepping down at the term boundary");
-                            return TermEnd::SteppedDown;
+            match keeper.poll(now) {
+                Wake::Deadline => return TermEnd::Lost,
+                Wake::SleepUntil(at) => {
+                    let wake = at.min(next_term.unwrap_or(u64::MAX));
+                    tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now))).await;
+                    let now = clock.monotonic_ms();
+                    if !keeper.may_act(now) {
+                        return TermEnd::Lost;
+                    }
+                    if let (Some(at), Some(s)) = (next_term, step_down) {
+                        if now >= at {
+                            match self.backend.candidates(s.election).await {
+                                Ok(c) if decide::steps_down(s.strategy, &c, &self.owner) => {
+                                    debug!(election = %s.election, "a better candidate: stepping down at the term boundary");
+                                    return TermEnd::SteppedDown;
+                                }
+                                Ok(_) => {}
+                                Err(e) => {
+                                    warn!(election = %s.election, error = %e, "candidate list failed; staying on")
+                                }
+                            }
+                            next_term = Some(at + s.term_ms);
                         }
-                        Ok(_) => {}
-                        Err(e) => warn!(election = %s.election, error = %e, "candidate list failed; staying on"),
                     }
-                    next_term = Some(at + s.term_ms);
                 }
-            }
-            if clock.monotonic_ms() >= next_renew {
-                let mut lease = tx.borrow().clone();
-                let budget = Duration::from_millis(deadline.saturating_sub(clock.monotonic_ms()));
-                match tokio::time::timeout(budget, self.backend.renew(&mut lease)).await {
-                    Ok(Ok(())) => {
-                        next_renew = decide::next_renew_after_success(lease.deadline_mono_ms, &timing);
-                        term.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
-                        tx.send_replace(lease);
-                    }
-                    Ok(Err(Error::Lost { .. })) | Err(_) => return TermEnd::Lost,
-                    Ok(Err(e)) => {
-                        warn!(error = %e, "renewal failed; retrying until the deadline");
-                        next_renew = decide::next_renew_after_failure(clock.monotonic_ms(), &timing);
+                Wake::Renew { until_mono_ms } => {
+                    let mut lease = tx.borrow().clone();
+                    // Rule 2: the renewal is given up at the deadline.
+                    let budget = Duration::from_millis(until_mono_ms.saturating_sub(now));
+                    let answer = match tokio::time::timeout(budget, self.backend.renew(&mut lease)).await {
+                        Ok(answer) => answer,
+                        Err(_) => return TermEnd::Lost,
+                    };
+                    let now = clock.monotonic_ms();
+                    let stop = match &answer {
+                        Ok(()) => {
+                            let renewal = Renewal {
+                                deadline_mono_ms: lease.deadline_mono_ms,
+                                next_renew_mono_ms: decide::next_renew_after_success(lease.deadline_mono_ms, &timing),
+                                stopped: false,
+                            };
+                            term.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
+                            tx.send_replace(lease);
+                            keeper.renewed(Ok(renewal), now, rand::random())
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "renewal failed; retrying until the deadline");
+                            keeper.renewed(Err(e), now, rand::random())
+                        }
+                    };
+                    if stop.is_some() {
+                        return TermEnd::Lost;
                     }
                 }
             }

@@ -2,48 +2,20 @@
 //! downstream writes, a cancellation token, and checkpoints that go through the lease.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::decide::CancelReason;
-use crate::{Error, Lease, LeaseStore, Result};
+use crate::hold::HeldLease;
+use crate::{Lease, LeaseStore, Result};
 
-/// A cancellation token with the first reason it was cancelled for.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Cancel {
-    token: CancellationToken,
-    reason: Arc<OnceLock<CancelReason>>,
-}
-
-impl Cancel {
-    /// Cancels for `reason`; a later reason does not replace the first one.
-    pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
-        let first = self.reason.set(reason).is_ok();
-        self.token.cancel();
-        first
-    }
-
-    pub(crate) fn reason(&self) -> Option<CancelReason> {
-        self.reason.get().copied()
-    }
-
-    pub(crate) fn token(&self) -> &CancellationToken {
-        &self.token
-    }
-}
-
-/// The state of one held lease, shared by its renewal schedule, its handler and the worker.
+/// The state of one held lease, shared by its upkeep, its handler and the worker: the
+/// [`HeldLease`] every holder has, and what the worker keeps about the claim.
 #[derive(Debug)]
 pub(crate) struct Held {
-    pub(crate) id: String,
-    /// Checkpoints and renewals take turns on the lease.
-    pub(crate) lease: tokio::sync::Mutex<Lease>,
-    pub(crate) cancel: Cancel,
-    /// The local deadline of the last successful renewal, monotonic ms (readable without the lock).
-    pub(crate) deadline_mono_ms: AtomicU64,
+    pub(crate) state: HeldLease,
     /// Session mode: the epoch of the session it was claimed under.
     pub(crate) session_epoch: Option<u64>,
     /// The claim's fence (how many times the work was claimed) and the order of the claim in
@@ -59,19 +31,20 @@ pub(crate) struct Held {
 impl Held {
     pub(crate) fn new(lease: Lease, session_epoch: Option<u64>, claim_order: u64) -> Self {
         Self {
-            id: lease.id.clone(),
             session_epoch,
             fence: lease.fence,
             claim_order,
             handing_over: AtomicU64::new(0),
-            deadline_mono_ms: AtomicU64::new(lease.deadline_mono_ms),
-            lease: tokio::sync::Mutex::new(lease),
-            cancel: Cancel::default(),
+            state: HeldLease::new(lease),
         }
     }
+}
 
-    pub(crate) fn deadline_mono_ms(&self) -> u64 {
-        self.deadline_mono_ms.load(Ordering::SeqCst)
+impl std::ops::Deref for Held {
+    type Target = HeldLease;
+
+    fn deref(&self) -> &HeldLease {
+        &self.state
     }
 }
 
@@ -161,93 +134,27 @@ impl Connection {
     /// answer cancels the token: the work belongs to someone else now. Resolves by the lease's
     /// local deadline at the latest: past it, `Lost` without a request.
     pub async fn checkpoint(&self, seq: u64) -> Result<()> {
-        let mut lease = self.lock_to_act().await?;
-        let result = self.by_deadline(self.store.checkpoint(&mut lease, seq)).await;
-        self.note(result)
+        self.held.checkpoint(&*self.store, seq).await
     }
 
-    // Rule 2 for everything a handler awaits (the bindings' equivalents must follow the same
-    // rule): the wait for the lease's lock and every request are bounded by the lease's local
-    // deadline, whether the holder may act is decided once the lock is held, and past the
-    // deadline the call fails with `Lost` without sending anything.
+    // Rule 2 for everything a handler awaits lives in `HeldLease` (shared with `Hold`).
 
-    /// Takes the lease's lock for one operation, waiting no later than the deadline (a renewal
-    /// stuck in the network holds the lock until then), and checks it may act once it has it.
+    /// Takes the lease's lock for one operation, waiting no later than the deadline.
     pub(crate) async fn lock_to_act(&self) -> Result<tokio::sync::MutexGuard<'_, Lease>> {
-        self.ensure_may_act()?;
-        let mut lease = self.by_deadline(async { Ok(self.held.lease.lock().await) }).await?;
-        self.ensure_may_act()?;
-        // In session mode the session's renewals move the deadline, not the lease's own.
-        lease.deadline_mono_ms = lease.deadline_mono_ms.max(self.held.deadline_mono_ms());
-        Ok(lease)
+        self.held.lock_to_act(self.store.clock()).await
     }
 
-    /// Runs `operation`, or gives it up (dropping whatever request is in flight, sending no
-    /// other) and fails with `Lost` once the lease's local deadline has passed.
+    /// Runs `operation`, or gives it up and fails with `Lost` once the deadline has passed.
     pub(crate) async fn by_deadline<T>(&self, operation: impl Future<Output = Result<T>>) -> Result<T> {
-        tokio::select! {
-            biased;
-            done = operation => done,
-            () = self.deadline_passed() => {
-                self.held.cancel.cancel(CancelReason::Deadline);
-                Err(self.lost())
-            }
-        }
-    }
-
-    /// Resolves once the store clock reaches the lease's local deadline; a renewal that lands
-    /// meanwhile moves it (only while the lock is not held, as in a fenced write without a
-    /// checkpoint).
-    async fn deadline_passed(&self) {
-        loop {
-            let (now, deadline) = (self.store.clock().monotonic_ms(), self.held.deadline_mono_ms());
-            if now >= deadline {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(deadline - now)).await;
-        }
-    }
-
-    /// Refuses to act once the lease is gone: lost, past the deadline, or given up.
-    pub(crate) fn ensure_may_act(&self) -> Result<()> {
-        let gone = matches!(
-            self.held.cancel.reason(),
-            Some(CancelReason::Lost | CancelReason::Deadline | CancelReason::Released)
-        ) || self.store.clock().monotonic_ms() >= self.held.deadline_mono_ms();
-        if gone {
-            return Err(self.lost());
-        }
-        Ok(())
-    }
-
-    fn lost(&self) -> Error {
-        Error::Lost { id: self.held.id.clone() }
+        self.held.by_deadline(self.store.clock(), operation).await
     }
 
     /// Cancels the token when `result` says the lease is lost.
     pub(crate) fn note<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(Error::Lost { .. }) = &result {
-            self.held.cancel.cancel(CancelReason::Lost);
-        }
-        result
+        self.held.note(result)
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn LeaseStore> {
         &self.store
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_reason_wins() {
-        let cancel = Cancel::default();
-        assert_eq!(cancel.reason(), None);
-        assert!(cancel.cancel(CancelReason::Stopped));
-        assert!(!cancel.cancel(CancelReason::Lost));
-        assert_eq!(cancel.reason(), Some(CancelReason::Stopped));
-        assert!(cancel.token().is_cancelled());
     }
 }

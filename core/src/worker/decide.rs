@@ -232,8 +232,7 @@ pub fn after_renewal(lease: &Lease, config: &TableConfig) -> RenewStep {
     }
 }
 
-/// The shortest wait before a renewal is retried.
-pub const MIN_RETRY_MS: u64 = 10;
+pub use crate::keeper::MIN_RETRY_MS;
 
 /// The renewal failed with `err` on try `attempt` (0-based) at monotonic `now_mono_ms`.
 pub fn after_renewal_error(
@@ -247,8 +246,7 @@ pub fn after_renewal_error(
     if matches!(err, Error::Lost { .. } | Error::NotFound { .. }) {
         return RenewStep::Lost;
     }
-    // A floor keeps a store that fails instantly from turning the retries into a busy loop.
-    let delay = backoff_ms(attempt, 100, (config.renew_ms() / 2).max(100), unit).max(MIN_RETRY_MS);
+    let delay = crate::keeper::retry_delay_ms(attempt, config.renew_ms(), unit);
     if retry_fits(now_mono_ms, delay, deadline_mono_ms) {
         RenewStep::RetryAt(now_mono_ms + delay)
     } else {

@@ -1,7 +1,6 @@
 //! One held lease's task: runs the handler, renews on schedule, enforces the local deadline,
 //! and gives the lease back when the handler has ended.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,18 +9,14 @@ use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
 use super::connection::{Connection, Held};
-use super::decide::{
-    after_renewal, after_renewal_error, counts_as_lost, is_fleet_work, releases_after_handler, CancelReason, RenewStep,
-};
+use super::decide::{counts_as_lost, is_fleet_work, releases_after_handler, CancelReason};
 use super::Inner;
+use crate::keeper::Upkeep;
 use crate::{Error, LeaseStore};
 
 /// Sleeps until the store clock's monotonic time reaches `at_mono_ms`.
 pub(crate) async fn sleep_until_mono(store: &dyn LeaseStore, at_mono_ms: u64) {
-    let now = store.clock().monotonic_ms();
-    if at_mono_ms > now {
-        tokio::time::sleep(Duration::from_millis(at_mono_ms - now)).await;
-    }
+    crate::hold::sleep_until_mono(store.clock(), at_mono_ms).await
 }
 
 /// Aborts the task when dropped: a crashed (dropped) worker leaves no handler running.
@@ -52,13 +47,10 @@ pub(crate) async fn supervise(inner: Arc<Inner>, held: Arc<Held>, permit: OwnedS
     // the middle of a request holds the lease's lock.
     let end = {
         let ended = wait_for_handler(&mut handler.0, &held, inner.settings.handler_grace);
-        let renewing = async {
-            if inner.session_mode() {
-                hold_until_deadline(&inner, &held).await
-            } else {
-                renew_until_lost(&inner, &held).await
-            }
-        };
+        // Session mode: nothing is renewed per connection; the session's renewals move the
+        // deadline (`Inner::set_session`).
+        let upkeep = if inner.session_mode() { Upkeep::Watch } else { Upkeep::Renew };
+        let renewing = held.keep(&*store, upkeep, |latency| inner.counters.renew_latency(latency));
         tokio::pin!(ended, renewing);
         tokio::select! {
             end = &mut ended => end,
@@ -141,108 +133,5 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(s) => *s,
         Err(payload) => payload.downcast::<&'static str>().map(|s| s.to_string()).unwrap_or_else(|_| "panic".into()),
-    }
-}
-
-/// Session mode: nothing is renewed per connection; the session's renewals move the deadline.
-/// Cancels the token at the deadline (rule 2), or returns once it has fired for another reason.
-async fn hold_until_deadline(inner: &Inner, held: &Held) {
-    let store = &*inner.store;
-    loop {
-        let deadline = held.deadline_mono_ms();
-        if store.clock().monotonic_ms() >= deadline {
-            held.cancel.cancel(CancelReason::Deadline);
-            return;
-        }
-        tokio::select! {
-            () = sleep_until_mono(store, deadline) => {}
-            () = held.cancel.token().cancelled() => {
-                // Stopped, shutdown or handed over: the work stays ours while the handler winds down.
-                let reason = held.cancel.reason();
-                if !matches!(reason, Some(CancelReason::Stopped | CancelReason::Shutdown | CancelReason::HandOver)) {
-                    return;
-                }
-                sleep_until_mono(store, held.deadline_mono_ms()).await;
-            }
-        }
-    }
-}
-
-/// Renews on schedule until the lease is lost or its deadline passes (then cancels the token
-/// and returns). A renewal that reports STOPPED cancels the handler but keeps renewing, so the
-/// lease stays ours while the handler winds down; the release follows once it has.
-async fn renew_until_lost(inner: &Inner, held: &Held) {
-    let store = &*inner.store;
-    let config = store.config();
-    let mut next = held.lease.lock().await.next_renew_mono_ms(config);
-    let mut attempt = 0;
-    loop {
-        let deadline = held.deadline_mono_ms();
-        if store.clock().monotonic_ms() >= deadline {
-            held.cancel.cancel(CancelReason::Deadline);
-            return;
-        }
-        sleep_until_mono(store, next.min(deadline)).await;
-        let now = store.clock().monotonic_ms();
-        if now >= deadline {
-            held.cancel.cancel(CancelReason::Deadline);
-            return;
-        }
-        if now < next {
-            continue;
-        }
-        // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-        let renewed = tokio::select! {
-            renewed = async {
-                let mut lease = held.lease.lock().await;
-                let started = store.clock().monotonic_ms();
-                let result = store.renew(&mut lease).await;
-                let latency = store.clock().monotonic_ms().saturating_sub(started);
-                result.map(|()| (lease.clone(), latency))
-            } => renewed,
-            () = sleep_until_mono(store, deadline) => {
-                held.cancel.cancel(CancelReason::Deadline);
-                return;
-            }
-        };
-        let step = match &renewed {
-            Ok((lease, latency)) => {
-                inner.counters.renew_latency(*latency);
-                held.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
-                attempt = 0;
-                after_renewal(lease, config)
-            }
-            Err(e) => {
-                let step = after_renewal_error(
-                    e,
-                    attempt,
-                    store.clock().monotonic_ms(),
-                    held.deadline_mono_ms(),
-                    config,
-                    rand::random(),
-                );
-                debug!(connection_id = %held.id, error = %e, attempt, "renewal failed");
-                attempt += 1;
-                step
-            }
-        };
-        match step {
-            RenewStep::RenewAt(at) => next = at,
-            RenewStep::StoppedRenewAt(at) => {
-                if held.cancel.cancel(CancelReason::Stopped) {
-                    info!(connection_id = %held.id, "stopped (seen on renewal)");
-                }
-                next = at;
-            }
-            RenewStep::RetryAt(at) => next = at,
-            RenewStep::Lost => {
-                held.cancel.cancel(CancelReason::Lost);
-                return;
-            }
-            RenewStep::Deadline => {
-                // Wait out the deadline itself: the loop cancels with `Deadline` there.
-                next = held.deadline_mono_ms();
-            }
-        }
     }
 }
