@@ -117,3 +117,34 @@ def test_async_hold_stop_raises_lease_stopped(atable, ids) -> None:
     with pytest.raises(leaselock.LeaseStopped):
         asyncio.run(main())
     assert time.monotonic() - started < RENEW_MS / 1000 + 3
+
+
+def test_hold_has_no_request_in_flight_past_its_deadline(table_name, stalling_proxy, ids) -> None:
+    """Rule 2 through a store that stops answering: a checkpoint waiting on it fails as lost at
+    the local deadline, the background renewal gives up by then too, and every request of the
+    holder has been abandoned (its connection closed) by the deadline."""
+    table = leaselock.LeaseTable(
+        table_name, endpoint_url=stalling_proxy.url, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS
+    )
+    id = ids("stalled")
+    with table.hold(id, "a") as lease:
+        stalling_proxy.stall()
+        deadline_at = time.monotonic() + lease.deadline
+        with pytest.raises(leaselock.LeaseLost):
+            lease.checkpoint(1)
+        returned = time.monotonic()
+        assert deadline_at - 0.05 <= returned <= deadline_at + 0.3, (returned - deadline_at)
+        wait_for(lambda: lease.cancelled, 1, "the token at the deadline")
+        assert lease.cancel_reason == "Deadline"
+        held_back = wait_for(
+            lambda: (lambda got: got if all(g for _, g in got) else None)(stalling_proxy.given_up_by()),
+            2,
+            "every held-back request to be given up",
+        )
+        assert held_back, "the checkpoint reached the proxy"
+        for arrived, given_up in held_back:
+            assert given_up is not None and given_up <= deadline_at + 0.3, (arrived, given_up, deadline_at)
+        with pytest.raises(leaselock.LeaseLost):
+            lease.checkpoint(2)  # refused locally: nothing is sent past the deadline
+        assert len(stalling_proxy.given_up_by()) == len(held_back)
+        stalling_proxy.stall(False)

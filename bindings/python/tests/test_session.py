@@ -324,3 +324,28 @@ def test_worker_reports_its_load_and_balances_unless_told_not_to(
     worker.shutdown()
     thread.join(20)
     assert not thread.is_alive()
+
+
+def test_a_session_lease_is_cancelled_at_the_sessions_deadline(stable, ids) -> None:
+    id, owner = ids("lapsed"), ids("owner")
+    stable.start(id, f"wss://feed.example/{id}")
+    session = stable.create_session(owner)
+    lease = session.claim(id)
+    assert not lease.cancelled and lease.deadline > 0
+    # Nobody renews the session: its leases stop at its deadline, not before and not never.
+    wait_for(lambda: lease.cancelled, (LEASE_MS - SKEW_MS) / 1000 + 2, "the session's deadline")
+    assert lease.cancel_reason == "Deadline"
+    assert lease.deadline <= 0 and session.deadline <= 0
+    with pytest.raises(leaselock.LeaseLost):
+        lease.checkpoint(1)
+    # A renewal by hand moves a session lease's deadline while it is live.
+    id2 = ids("renewed")
+    stable.start(id2, f"wss://feed.example/{id2}")
+    session2 = stable.create_session(ids("owner2"))
+    lease2 = session2.claim(id2)
+    for _ in range(3):
+        time.sleep(RENEW_MS / 1000)  # the pace of a holder's renewals, not a synchronization
+        session2.renew()
+    assert not lease2.cancelled and lease2.deadline > 0
+    session2.end()
+    assert lease2.cancel_reason == "Released"
