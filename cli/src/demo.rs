@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use leaselock::lease::HELD_UNDER_SESSION_MS;
 use leaselock::{Clock, DesiredState, Hint, LeaseItem, LeaseStore, LeaseTable, SystemClock, TableConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -362,9 +363,12 @@ pub(crate) fn say(t0: Instant, msg: impl AsRef<str>) {
 pub(crate) fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Option<&str>) -> String {
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     let mut waiting: Vec<u64> = Vec::new();
+    let mut in_session = 0;
     let mut unowned = 0;
     for i in items {
         match i.holder_at(now) {
+            // Held under a session: it ends with the session, not at the item's expiry.
+            Some(o) if Some(o) == gone && i.expires_at_ms == Some(HELD_UNDER_SESSION_MS) => in_session += 1,
             Some(o) if Some(o) == gone => waiting.push(i.expires_at_ms.unwrap_or(now) - now),
             Some(o) => *per.entry(o).or_default() += 1,
             None => unowned += 1,
@@ -381,6 +385,9 @@ pub(crate) fn status_line(items: &[LeaseItem], now: u64, total: usize, gone: Opt
             secs(first),
             secs(last)
         ));
+    }
+    if let (Some(gone), true) = (gone, in_session > 0) {
+        line.push_str(&format!("  waiting on the session of {gone}: {in_session}"));
     }
     if gone.is_some() && unowned > 0 {
         line.push_str(&format!("  unowned {unowned}"));
@@ -850,5 +857,8 @@ mod tests {
         // Once the gone worker's leases expired they are unowned until someone claims them.
         assert_eq!(status_line(&items, now + 3_000, 30, Some("w0")), "owned 19/30  w1:10 w2:9  unowned 11");
         assert_eq!(status_line(&[], now, 30, None), "owned 0/30");
+        // Session mode: a gone worker's items wait on its session, not on their sentinel expiry.
+        let in_session: Vec<LeaseItem> = (0..3).map(|i| held(&format!("s{i}"), "w0", HELD_UNDER_SESSION_MS)).collect();
+        assert_eq!(status_line(&in_session, now, 3, Some("w0")), "owned 0/3  waiting on the session of w0: 3");
     }
 }

@@ -52,8 +52,7 @@ pub async fn fenced_write(
     now_ms: u64,
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
-    let op = FencedWrite::new(config, lease, now_ms, writes.len(), &token())?;
-    drive(client, &SystemClock, op, &writes, None).await
+    write_on(client, &SystemClock, config, lease, now_ms, None, writes).await
 }
 
 /// The lease action of a checkpointing write (see [`protocol::checkpoint_update`]): sets
@@ -73,8 +72,25 @@ pub async fn fenced_write_with_checkpoint(
     seq: u64,
     writes: Vec<TransactWriteItem>,
 ) -> Result<()> {
-    let op = FencedWrite::with_checkpoint(config, lease, now_ms, seq, writes.len(), &token())?;
-    drive(client, &SystemClock, op, &writes, None).await
+    write_on(client, &SystemClock, config, lease, now_ms, Some(seq), writes).await
+}
+
+/// A fenced write (with the checkpoint `seq`, if any) whose retries are timed on `clock`: a
+/// connection's writes run on its table's clock, as its deadline does.
+async fn write_on(
+    client: &Client,
+    clock: &dyn Clock,
+    config: &TableConfig,
+    lease: &Lease,
+    now_ms: u64,
+    seq: Option<u64>,
+    writes: Vec<TransactWriteItem>,
+) -> Result<()> {
+    let op = match seq {
+        Some(seq) => FencedWrite::with_checkpoint(config, lease, now_ms, seq, writes.len(), &token())?,
+        None => FencedWrite::new(config, lease, now_ms, writes.len(), &token())?,
+    };
+    drive(client, clock, op, &writes, None).await
 }
 
 /// A client request token, the same on every attempt of one write.
@@ -95,8 +111,8 @@ impl crate::worker::Connection {
     pub async fn fenced_write(&self, client: &Client, writes: Vec<TransactWriteItem>) -> Result<()> {
         let lease = self.lock_to_act().await?.clone();
         let store = self.store();
-        let result =
-            self.by_deadline(fenced_write(client, store.config(), &lease, store.clock().now_ms(), writes)).await;
+        let (config, clock) = (store.config(), store.clock());
+        let result = self.by_deadline(write_on(client, clock, config, &lease, clock.now_ms(), None, writes)).await;
         self.note(result)
     }
 
@@ -111,7 +127,8 @@ impl crate::worker::Connection {
         // Held across the write so a renewal cannot replace the lease under the new last_seq.
         let mut lease = self.lock_to_act().await?;
         let store = self.store();
-        let write = fenced_write_with_checkpoint(client, store.config(), &lease, store.clock().now_ms(), seq, writes);
+        let (config, clock) = (store.config(), store.clock());
+        let write = write_on(client, clock, config, &lease, clock.now_ms(), Some(seq), writes);
         let result = self.by_deadline(write).await;
         if result.is_ok() {
             lease.last_seq = Some(seq);
