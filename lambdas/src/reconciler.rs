@@ -2,14 +2,13 @@
 //! sends START hints for it in batches, and reports counts as EMF metrics. It never claims a
 //! lease: workers do, and the lease decides.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use futures::{stream, StreamExt};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use leaselock::lease::claim_cutoff;
+use leaselock::protocol::CountByState;
 use leaselock::{DesiredState, LeaseItem, LeaseStore, LeaseTable, MemoryStore, OrphanCursor, OrphanPage};
 use serde::Serialize;
 use serde_json::Value;
@@ -39,49 +38,7 @@ pub trait StateCounts: LeaseStore {
 #[async_trait::async_trait]
 impl StateCounts for LeaseTable {
     async fn count_by_state(&self, state: DesiredState, min_expires_at_ms: Option<u64>) -> leaselock::Result<u64> {
-        let config = self.config();
-        let a = &config.attributes;
-        let partition = match state {
-            DesiredState::Started => config.started_partition.clone(),
-            DesiredState::Stopped => state.as_str().to_string(),
-        };
-        let mut names = HashMap::from([("#ds".to_string(), a.desired_state.clone())]);
-        let mut values = HashMap::from([(":state".to_string(), AttributeValue::S(partition))]);
-        let mut key_condition = "#ds = :state".to_string();
-        if let Some(min) = min_expires_at_ms {
-            key_condition.push_str(" AND #exp >= :min");
-            names.insert("#exp".into(), a.expires_at_ms.clone());
-            values.insert(":min".into(), AttributeValue::N(min.to_string()));
-        }
-        // Other applications may share the table under other prefixes.
-        let filter = (!config.key_prefix.is_empty()).then(|| {
-            names.insert("#pk".into(), a.id.clone());
-            values.insert(":prefix".into(), AttributeValue::S(config.key_prefix.clone()));
-            "begins_with(#pk, :prefix)".to_string()
-        });
-        let mut total = 0u64;
-        let mut start = None;
-        loop {
-            let page = self
-                .client()
-                .query()
-                .table_name(&config.table_name)
-                .index_name(&config.index_name)
-                .select(Select::Count)
-                .key_condition_expression(&key_condition)
-                .set_filter_expression(filter.clone())
-                .set_expression_attribute_names(Some(names.clone()))
-                .set_expression_attribute_values(Some(values.clone()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| leaselock::Error::Store(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()))?;
-            total += page.count().max(0) as u64;
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => return Ok(total),
-            }
-        }
+        self.run(CountByState::new(self.config(), state, min_expires_at_ms)).await
     }
 }
 

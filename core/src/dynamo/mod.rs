@@ -264,7 +264,9 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                     .set_expression_attribute_names(names(&r.expression_attribute_names))
                     .set_expression_attribute_values(values(&r.expression_attribute_values))
                     .set_limit(r.limit.map(|l| l.min(i32::MAX as u32) as i32))
-                    .set_exclusive_start_key(r.exclusive_start_key.as_ref().map(to_sdk_item)),
+                    .set_exclusive_start_key(r.exclusive_start_key.as_ref().map(to_sdk_item))
+                    .set_select(r.select.as_deref().map(sdk::Select::from))
+                    .set_filter_expression(r.filter_expression.clone()),
                 retrying,
                 timeout
             );
@@ -272,6 +274,7 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 Ok(out) => ok(Output {
                     items: Some(out.items().iter().map(from_sdk_item).collect()),
                     last_evaluated_key: convert::last_key(out.last_evaluated_key()),
+                    count: Some(out.count().max(0) as u64),
                     ..Output::default()
                 }),
                 Err(e) => answer_of(e, |_| None),

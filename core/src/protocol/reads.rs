@@ -191,6 +191,7 @@ impl OrphansPage {
             ]),
             limit: Some(page_size.clamp(1, i32::MAX as usize) as u32),
             exclusive_start_key: start,
+            ..Query::default()
         };
         Self { config: config.clone(), reads: Reads::new(config, Request::Query(query)) }
     }
@@ -242,8 +243,7 @@ impl Sessions {
                 // DynamoDB numbers are decimals: u64::MAX is a valid bound.
                 (":below".into(), n(below_ms)),
             ]),
-            limit: None,
-            exclusive_start_key: None,
+            ..Query::default()
         };
         Self {
             config: config.clone(),
@@ -316,8 +316,7 @@ impl OwnedBy {
             key_condition_expression: "#owner = :owner".into(),
             expression_attribute_names: BTreeMap::from([("#owner".into(), config.attributes.owner.clone())]),
             expression_attribute_values: Item::from([(":owner".into(), s(owner))]),
-            limit: None,
-            exclusive_start_key: None,
+            ..Query::default()
         };
         Ok(Self {
             config: config.clone(),
@@ -406,6 +405,69 @@ impl Operation for Items {
                 self.reads.then(&input, Request::Scan(scan))
             }
             None => Step::Done(std::mem::take(&mut self.found)),
+        }
+    }
+}
+
+/// `count_by_state`: how many items of this application have the desired state `state` in the
+/// orphan index (a `COUNT` query over every page, no item read), keeping only those whose expiry
+/// is at least `min_expires_at_ms` when given. STARTED counts the index's started partition.
+#[derive(Debug, Clone)]
+pub struct CountByState {
+    query: Query,
+    total: u64,
+    reads: Reads,
+}
+
+impl CountByState {
+    pub fn new(config: &TableConfig, state: DesiredState, min_expires_at_ms: Option<u64>) -> Self {
+        let a = &config.attributes;
+        let partition = match state {
+            DesiredState::Started => config.started_partition.clone(),
+            DesiredState::Stopped => state.as_str().to_string(),
+        };
+        let mut names = BTreeMap::from([("#ds".to_string(), a.desired_state.clone())]);
+        let mut values = Item::from([(":state".to_string(), s(partition))]);
+        let mut key_condition = "#ds = :state".to_string();
+        if let Some(min) = min_expires_at_ms {
+            key_condition.push_str(" AND #exp >= :min");
+            names.insert("#exp".into(), a.expires_at_ms.clone());
+            values.insert(":min".into(), n(min));
+        }
+        // Other applications may share the table under other prefixes.
+        let filter_expression = (!config.key_prefix.is_empty()).then(|| {
+            names.insert("#pk".into(), a.id.clone());
+            values.insert(":prefix".into(), s(&config.key_prefix));
+            "begins_with(#pk, :prefix)".to_string()
+        });
+        let query = Query {
+            table_name: config.table_name.clone(),
+            index_name: Some(config.index_name.clone()),
+            key_condition_expression: key_condition,
+            expression_attribute_names: names,
+            expression_attribute_values: values,
+            select: Some("COUNT".into()),
+            filter_expression,
+            ..Query::default()
+        };
+        Self { reads: Reads::new(config, Request::Query(query.clone())), query, total: 0 }
+    }
+}
+
+impl Operation for CountByState {
+    type Output = u64;
+    fn next(&mut self, mut input: Input) -> Step<u64> {
+        let out = match self.reads.step(&mut input) {
+            Ok(out) => out,
+            Err(step) => return step,
+        };
+        self.total += out.count.unwrap_or(0);
+        match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+            Some(start) => {
+                let query = Query { exclusive_start_key: Some(start), ..self.query.clone() };
+                self.reads.then(&input, Request::Query(query))
+            }
+            None => Step::Done(self.total),
         }
     }
 }

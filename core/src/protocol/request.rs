@@ -94,6 +94,11 @@ pub struct Query {
     pub limit: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive_start_key: Option<Item>,
+    /// `COUNT`: the answer has a count and no items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_expression: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -274,6 +279,9 @@ pub struct Output {
     /// Query, Scan: where the next page starts (absent or empty on the last page).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_evaluated_key: Option<Item>,
+    /// Query with `Select: COUNT`: the items of this page that matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
     /// BatchGetItem: table name to the items found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<BTreeMap<String, Vec<Item>>>,

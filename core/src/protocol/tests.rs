@@ -148,6 +148,7 @@ fn operations() -> Vec<(&'static str, MakeRunner)> {
         ("get", Box::new(move || run(Get::new(&cfg(), "s1").unwrap()))),
         ("batch_desired_states", Box::new(move || run(BatchDesiredStates::new(&cfg(), &["s1".into()]).unwrap()))),
         ("orphans_page", Box::new(move || run(OrphansPage::new(&cfg(), NOW, 10, None)))),
+        ("count_by_state", Box::new(move || run(CountByState::new(&cfg(), DesiredState::Started, None)))),
         ("owned_by", Box::new(move || run(OwnedBy::new(&cfg(), "a").unwrap()))),
         ("items", Box::new(move || run(Items::new(&cfg())))),
         ("create_table", Box::new(move || run(CreateTable::new(&cfg())))),
@@ -1093,4 +1094,32 @@ fn a_released_lease_is_lost_for_renew_and_checkpoint() {
     op.next(at(0));
     let old = Answer::ConditionFailed { item: Some(released()) };
     assert!(matches!(failed(op.next(at(5).with(old))), Error::Lost { .. }));
+}
+
+#[test]
+fn count_by_state_counts_every_page_of_the_index_without_reading_items() {
+    let c = cfg().key_prefix("app/");
+    let mut op = CountByState::new(&c, DesiredState::Started, Some(NOW));
+    let (Request::Query(q), _) = sent(op.next(at(0))) else { panic!("a query") };
+    assert_eq!(q.index_name.as_deref(), Some(c.index_name.as_str()));
+    assert_eq!(q.select.as_deref(), Some("COUNT"));
+    assert_eq!(q.key_condition_expression, "#ds = :state AND #exp >= :min");
+    assert_eq!(q.filter_expression.as_deref(), Some("begins_with(#pk, :prefix)"));
+    assert_eq!(q.expression_attribute_values[":state"], s(&c.started_partition));
+    assert_eq!(q.expression_attribute_values[":prefix"], s("app/"));
+    let page = |count, last: Option<Item>| {
+        Answer::Ok(Output { count: Some(count), last_evaluated_key: last, ..Output::default() })
+    };
+    let (Request::Query(next), _) = sent(op.next(at(1).with(page(3, Some(key(&c, "s3")))))) else { panic!("page 2") };
+    assert_eq!(next.exclusive_start_key, Some(key(&c, "s3")));
+    assert_eq!(summary(op.next(at(2).with(Answer::Throttled("slow".into())))), "sleep");
+    op.next(at(60));
+    assert_eq!(done(op.next(at(61).with(page(4, Some(Item::new()))))), 7);
+
+    // STOPPED, no bound, no prefix: the stopped partition, nothing filtered.
+    let mut op = CountByState::new(&cfg(), DesiredState::Stopped, None);
+    let (Request::Query(q), _) = sent(op.next(at(0))) else { panic!("a query") };
+    assert_eq!((q.key_condition_expression.as_str(), q.filter_expression), ("#ds = :state", None));
+    assert_eq!(q.expression_attribute_values[":state"], s("STOPPED"));
+    assert_eq!(done(op.next(at(1).with(page(0, None)))), 0);
 }
