@@ -33,11 +33,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Script};
 use tracing::{debug, warn};
 
-/// The marker of a prefix's keys (see [`incarnation`]): a hash without expiry, `{prefix}incarnation`.
-const MARKER: &str = "incarnation";
-
 use crate::election::{slot_id, slot_of, Candidate, ElectionBackend, Timing};
 use crate::{Clock, Error, Lease, Result, SystemClock};
+
+/// The marker of a prefix's keys (see [`incarnation`]): a hash without expiry, `{prefix}incarnation`.
+const MARKER: &str = "incarnation";
 
 /// Connection and lease settings of a [`RedisElection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
