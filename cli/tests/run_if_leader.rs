@@ -83,7 +83,12 @@ struct Backend {
 }
 
 fn redis() -> Option<Backend> {
-    Some(Backend { url: Some(redis_url()?), table: None, prefix: unique("p") + "/" })
+    let backend = Backend { url: Some(redis_url()?), table: None, prefix: unique("p") + "/" };
+    // A prefix's first use holds claims off for one lease + skew, as after a loss of the
+    // server's state: one run that waits it out (with the longest lease the tests use).
+    let out = run_if_leader(&backend, "open", 3_000, &["--wait-ms", "10000"], "true").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(backend)
 }
 
 fn dynamodb() -> Option<Backend> {
@@ -136,7 +141,14 @@ fn three_at_once_run_once(backend: Backend) {
         "one ran, two were skipped: {:?}",
         outputs.iter().map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect::<Vec<_>>()
     );
-    assert_eq!(lines(&log), ["1"], "the command ran once, with fence 1");
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 1, "the command ran once: {ran:?}");
+    if backend.url.is_none() {
+        assert_eq!(ran, ["1"], "with fence 1");
+    } else {
+        // Redis fences are the server's clock in microseconds (2020 or later).
+        assert!(ran[0].parse::<u64>().unwrap() > 1_577_836_800_000_000, "{ran:?}");
+    }
     let skipped = outputs.iter().find(|o| o.status.code() == Some(75)).unwrap();
     assert!(String::from_utf8_lossy(&skipped.stderr).contains("skipped: nightly is led by"));
 }

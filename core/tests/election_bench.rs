@@ -75,8 +75,18 @@ async fn election_throughput() {
     let dynamo: Arc<dyn ElectionBackend> = Arc::new(StoreElection::new(table, registry));
     let url = std::env::var("LEASELOCK_REDIS_URL").expect("make bench runs with the local Redis");
     let prefix = format!("bench-{}:", std::process::id());
-    let redis: Arc<dyn ElectionBackend> =
-        Arc::new(RedisElection::connect(&url, RedisOptions::default().lease(lease).key_prefix(prefix)).await.unwrap());
+    let redis = RedisElection::connect(&url, RedisOptions::default().lease(lease).key_prefix(prefix)).await.unwrap();
+    // A new prefix is held off like a server that lost its state: one lease + skew.
+    let until = Instant::now() + lease * 2;
+    loop {
+        let left = redis.claims_open_in().await.unwrap();
+        if left.is_zero() {
+            break;
+        }
+        assert!(Instant::now() < until, "claims still held off");
+        tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+    }
+    let redis: Arc<dyn ElectionBackend> = Arc::new(redis);
 
     let d1 = throughput(dynamo.clone(), 1).await;
     let r1 = throughput(redis.clone(), 1).await;

@@ -6,10 +6,11 @@ mod election_support;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use election_support::Setup;
+use election_support::{of_kind, Fleet, Role, Setup, Shared};
 use leaselock::election::{Candidate, ElectionBackend};
-use leaselock::redis::{RedisElection, RedisOptions};
+use leaselock::redis::{RedisElection, RedisOptions, HOLD_OFF_HOLDER};
 use leaselock::Error;
+use serde_json::Value;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -47,6 +48,20 @@ fn options(lease_ms: u64) -> RedisOptions {
         .key_prefix(space())
 }
 
+/// Waits (polling, bounded) until the store accepts claims: a prefix's first use, like a loss,
+/// holds claims off for one lease + skew.
+async fn open(redis: &RedisElection) {
+    let until = std::time::Instant::now() + redis.options().lease + redis.options().skew + Duration::from_secs(5);
+    loop {
+        let left = redis.claims_open_in().await.unwrap();
+        if left.is_zero() {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "claims still held off");
+        tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+    }
+}
+
 async fn redis_cli(url: &str, args: &[&str]) -> String {
     let port = url.rsplit(':').next().unwrap().trim_end_matches('/').to_string();
     let out = tokio::process::Command::new("redis-cli")
@@ -62,8 +77,10 @@ async fn redis_cli(url: &str, args: &[&str]) -> String {
 async fn claims_fence_renew_release_and_slots() {
     let Some(url) = url() else { return };
     let redis = RedisElection::connect(&url, options(2_000)).await.unwrap();
+    open(&redis).await;
     let a = redis.claim("leader/job", "a").await.unwrap();
-    assert_eq!(a.fence, 1);
+    // The server's clock in microseconds (2020 or later).
+    assert!(a.fence > 1_577_836_800_000_000, "{}", a.fence);
     match redis.claim("leader/job", "b").await {
         Err(Error::Held { owner, expires_at_ms }) => {
             assert_eq!(owner, "a");
@@ -80,7 +97,7 @@ async fn claims_fence_renew_release_and_slots() {
     assert!(matches!(redis.fenced_set(&renewed, "out", "2").await, Err(Error::Lost { .. })));
     assert_eq!(redis.get_value("out").await.unwrap().as_deref(), Some("1"));
     let b = redis.claim("leader/job", "b").await.unwrap();
-    assert_eq!(b.fence, 2);
+    assert!(b.fence > a.fence);
     let mut stale = a.clone();
     assert!(matches!(redis.renew(&mut stale).await, Err(Error::Lost { .. })), "a renewal by an old holder is refused");
 
@@ -103,6 +120,7 @@ async fn claims_fence_renew_release_and_slots() {
 async fn an_expired_lease_is_claimable_by_the_servers_clock() {
     let Some(url) = url() else { return };
     let redis = RedisElection::connect(&url, options(600)).await.unwrap();
+    open(&redis).await;
     let a = redis.claim("leader/x", "a").await.unwrap();
     let s = redis.claim_slot("group/x", 1, "a").await.unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(5);
@@ -191,6 +209,7 @@ async fn failures_are_typed_errors() {
     assert_eq!(denied.kind(), "AccessDenied", "{denied}");
     let right =
         RedisElection::connect(&format!("redis://:s3cret@127.0.0.1:{}", server.port), options(2_000)).await.unwrap();
+    open(&right).await;
     right.claim("leader/p", "a").await.unwrap();
 }
 
@@ -277,4 +296,178 @@ fn redis_minimum_lease_across_processes() {
 fn redis_frozen_leader_is_cancelled_and_fenced_off() {
     let Some(setup) = setup() else { return };
     election_support::frozen_leader(&setup);
+}
+
+#[tokio::test]
+async fn a_lost_state_holds_claims_off_and_fences_keep_rising() {
+    let Some(url) = url() else { return };
+    let redis = RedisElection::connect(&url, options(1_000)).await.unwrap();
+    open(&redis).await;
+    let a = redis.claim("leader/s", "a").await.unwrap();
+    // The prefix's keys vanish, marker included, as in a restart without persistence.
+    let prefix = redis.options().key_prefix.clone();
+    let gone = [format!("{prefix}incarnation"), format!("{prefix}leader/s"), format!("{prefix}leader/s:fence")];
+    let mut del = vec!["DEL"];
+    del.extend(gone.iter().map(String::as_str));
+    assert_eq!(redis_cli(&url, &del).await, "3");
+    // The holder's renewal finds its key gone: lost at once.
+    assert!(matches!(redis.renew(&mut a.clone()).await, Err(Error::Lost { .. })));
+    // That script noticed the loss: claims are held off for lease + skew from then, for every process.
+    let other = RedisElection::connect(&url, redis.options().clone()).await.unwrap();
+    match other.claim("leader/s", "b").await {
+        Err(Error::Held { owner, .. }) => assert_eq!(owner, HOLD_OFF_HOLDER),
+        r => panic!("a claim during the hold-off: {r:?}"),
+    }
+    let (left_a, left_b) = (redis.claims_open_in().await.unwrap(), other.claims_open_in().await.unwrap());
+    assert!(left_a > Duration::ZERO && left_a <= Duration::from_millis(1_100), "{left_a:?}");
+    assert!(left_b <= left_a && left_a - left_b < Duration::from_millis(200), "{left_a:?} {left_b:?}");
+    assert!(matches!(other.claim_slot("group/s", 2, "b").await, Err(Error::Held { .. })), "slots too");
+    open(&other).await;
+    let b = other.claim("leader/s", "b").await.unwrap();
+    assert!(b.fence > a.fence, "{} after {}", b.fence, a.fence);
+    // Another server run with the marker still there (a failover, an older snapshot): a loss too.
+    other.release(&b).await.unwrap();
+    redis_cli(&url, &["HSET", &gone[0], "run", "another-run"]).await;
+    assert!(matches!(other.claim("leader/s", "c").await, Err(Error::Held { .. })));
+    assert!(other.claims_open_in().await.unwrap() > Duration::from_millis(900));
+}
+
+/// A redis-server of the test's own, without persistence: SIGKILLed and started again empty.
+struct OwnServer {
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnServer {
+    fn start(port: u16) -> Self {
+        let mut server = OwnServer { port, child: None };
+        server.restart();
+        server
+    }
+
+    /// Starts the server (empty) and waits (polling, bounded) until it answers PING.
+    fn restart(&mut self) {
+        assert!(self.child.is_none());
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !self.answers() {
+            assert!(std::time::Instant::now() < until, "redis-server on {} did not answer", self.port);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "EXISTS", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Four contending processes while their Redis is SIGKILLed and started again empty, 12 times
+/// (every fourth time twice in a row, the second during the hold-off the first one started):
+/// never two leaders, fences strictly increasing across every restart, and a leader again within
+/// lease + skew + 1 s of each restart.
+#[test]
+fn redis_losing_its_state_never_makes_two_leaders() {
+    if url().is_none() {
+        return;
+    }
+    let _serial = election_support::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const PORT: u16 = 6433;
+    const RESTARTS: usize = 12;
+    let setup = Setup { backend: "redis", space: space(), lease_ms: 1_500, renew_ms: 400, skew_ms: 300, retry_ms: 100 };
+    let mut server = OwnServer::start(PORT);
+    let shared = Shared::new("state-loss");
+    let mut fleet = Fleet::new();
+    fleet.env.push(("LEASELOCK_REDIS_URL".into(), format!("redis://127.0.0.1:{PORT}")));
+    for i in 0..4 {
+        let role = Role { action_ms: 700, wait_ms: 1_000, ..Role::new("leader", &format!("s{i}"), "state-loss") };
+        fleet.spawn(&setup, &role, &shared);
+    }
+    let first = shared.wait_for("a first leader", Duration::from_secs(30), |e| e["kind"] == "enter");
+    let mut since = first["t"].as_u64().unwrap();
+    let bound = setup.lease_ms + setup.skew_ms + 1_000;
+    let marker = format!("{}incarnation", setup.space);
+    let (mut resumed, mut kills) = (Vec::new(), 0);
+    for i in 0..RESTARTS {
+        // Into a term, at a different point each time.
+        let into = (i as u64 * 373) % 900;
+        shared.wait_for("a term to be under way", Duration::from_secs(10), |e| {
+            e["kind"] == "enter"
+                && e["t"].as_u64().unwrap() + into <= election_support::now_ms()
+                && e["t"].as_u64() >= Some(since)
+        });
+        server.kill();
+        kills += 1;
+        server.restart();
+        if i % 4 == 3 {
+            // Once a contender has noticed (the marker is back), lose everything again.
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            while !server.exists(&marker) {
+                assert!(std::time::Instant::now() < until, "nobody noticed the restart");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            server.kill();
+            kills += 1;
+            server.restart();
+        }
+        let ready = election_support::now_ms();
+        let next = shared.wait_for("a leader after the restart", Duration::from_millis(bound + 10_000), |e| {
+            e["kind"] == "enter" && e["t"].as_u64().unwrap() > ready
+        });
+        since = next["t"].as_u64().unwrap();
+        resumed.push(since - ready);
+    }
+    shared.stop();
+    fleet.join(Duration::from_secs(30));
+    server.kill();
+    let events = shared.events();
+    let unsafe_: Vec<Value> = of_kind(&events, "violation")
+        .into_iter()
+        .filter(|e| e["what"] == "overlap" || e["what"] == "fence order")
+        .collect();
+    assert!(unsafe_.is_empty(), "violations: {unsafe_:?}");
+    let enters = of_kind(&events, "enter");
+    let fences: Vec<u64> = enters.iter().map(|e| e["fence"].as_u64().unwrap()).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences in order of entry: {fences:?}");
+    let most = enters.iter().map(|e| e["holders"].as_u64().unwrap()).max().unwrap();
+    assert_eq!(most, 1, "one leader at a time");
+    let lost = of_kind(&events, "exit").iter().filter(|e| e["end"] == "Lost").count();
+    let slowest = *resumed.iter().max().unwrap();
+    eprintln!(
+        "redis state loss: {kills} SIGKILLs in {RESTARTS} restarts, {} terms by {:?}, 0 overlaps, fences strictly \
+         increasing, {lost} terms ended by the loss; leader again after {resumed:?} ms (slowest {slowest}, bound \
+         {bound})",
+        enters.len(),
+        election_support::terms_by_id(&events),
+    );
+    assert!(slowest <= bound, "a leader again after {slowest} ms; bound lease + skew + 1 s = {bound} ms");
 }

@@ -40,6 +40,10 @@ def make(kind: str, table: leaselock.LeaseTable) -> Callable[..., LeaderElector]
         backend = leaselock.RedisElection(
             redis_url(), lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS, key_prefix="py-election:"
         )
+        # A prefix's first use, like a Redis that lost its state, holds claims off for one
+        # lease + skew: wait it out once before the test's own claims.
+        opener = LeaderElector(backend, "opener", key_prefix=prefix, wait_ms=LEASE_MS + SKEW_MS + 5_000, retry_ms=100)
+        assert asyncio.run(opener.run_if_leader("open", lambda term: asyncio.sleep(0))).led
 
     def make(candidate_id: str, **kw: Any) -> LeaderElector:
         return LeaderElector(backend, candidate_id, key_prefix=prefix, **kw)

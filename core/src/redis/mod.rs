@@ -1,9 +1,16 @@
 //! The Redis election store: a leader is a token-owned key (`SET NX PX` with the token
 //! `{owner}|{fence}`), renewed and released by compare-and-extend / compare-and-delete scripts;
-//! a fence counter (`INCR` on `{key}:fence`) is bumped by every claim; a group's slots are the
-//! members of a sorted set scored by their expiry on the server's `TIME`; candidates live in a
-//! hash, each entry with its own expiry. Every decision is made by one script on the server,
-//! against the server's clock, so clients' clocks never decide who holds a lease.
+//! every claim's fence is `max(server TIME in µs, the key's last fence + 1)` (the last one kept
+//! in `{key}:fence`); a group's slots are the members of a sorted set scored by their expiry on
+//! the server's `TIME`; candidates live in a hash, each entry with its own expiry. Every decision
+//! is made by one script on the server, against the server's clock, so clients' clocks never
+//! decide who holds a lease.
+//!
+//! The server may lose its state (a restart without persistence, an older snapshot, a failover
+//! to a replica behind, `FLUSHALL`): every script notices it from a marker key and refuses
+//! claims for one lease + skew afterwards, so no holder of the lost state still acts when a new
+//! one is elected, and fences stay above every fence issued before ([`incarnation`]). The server's
+//! clock must not step back by more than the time a restart (plus that hold-off) takes.
 //!
 //! ```no_run
 //! # async fn demo() -> leaselock::Result<()> {
@@ -17,14 +24,20 @@
 //! # Ok(()) }
 //! ```
 
+pub mod incarnation;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Script};
+use tracing::{debug, warn};
 
 use crate::election::{slot_id, slot_of, Candidate, ElectionBackend, Timing};
 use crate::{Clock, Error, Lease, Result, SystemClock};
+
+/// The marker of a prefix's keys (see [`incarnation`]): a hash without expiry, `{prefix}incarnation`.
+const MARKER: &str = "incarnation";
 
 /// Connection and lease settings of a [`RedisElection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,105 +114,138 @@ impl RedisOptions {
     }
 }
 
-/// The server's clock in ms, first thing in every script.
-const NOW: &str =
-    "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n";
+/// First thing in every script: the server's clock (`now` in ms, `us` in µs), then the state-loss
+/// check of [`incarnation::check`] on the marker `KEYS[1]`, with the caller's server run id
+/// `ARGV[1]` and hold-off `ARGV[2]` (ms): a missing marker or another run id is a loss, noticed
+/// now. `open_at` is when claims are accepted again. `fmt` prints a number as an integer (Lua's
+/// `tostring` would round a µs time to 14 digits).
+const PRELUDE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function fmt(n) return string.format('%.0f', n) end
+local open_at
+local mark = redis.call('HMGET', KEYS[1], 'run', 'lost')
+if mark[1] ~= ARGV[1] then
+  redis.call('HSET', KEYS[1], 'run', ARGV[1], 'lost', fmt(now))
+  open_at = now + tonumber(ARGV[2])
+else
+  open_at = tonumber(mark[2] or 0) + tonumber(ARGV[2])
+end
+-- incarnation::next_fence: the clock in µs, or the key's last fence + 1 when higher.
+local function next_fence(key)
+  local f = fmt(math.max(us, tonumber(redis.call('GET', key) or 0) + 1))
+  redis.call('SET', key, f)
+  return f
+end
+"#;
 
-/// KEYS: lease, fence counter. ARGV: owner, lease ms.
+/// KEYS: marker. Claims open at, server now.
+const STATE: &str = r#"
+return {'ok', fmt(open_at), fmt(now)}
+"#;
+
+/// KEYS: marker, lease, fence. ARGV: run, hold-off, owner, lease ms.
 const CLAIM: &str = r#"
-local cur = redis.call('GET', KEYS[1])
-if cur then return {'held', cur, tostring(now + redis.call('PTTL', KEYS[1]))} end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'NX', 'PX', ARGV[2])
-return {'ok', tostring(fence), tostring(now + tonumber(ARGV[2]))}
+if now < open_at then return {'wait', fmt(open_at)} end
+local cur = redis.call('GET', KEYS[2])
+if cur then return {'held', cur, fmt(now + redis.call('PTTL', KEYS[2]))} end
+local fence = next_fence(KEYS[3])
+redis.call('SET', KEYS[2], ARGV[3] .. '|' .. fence, 'NX', 'PX', ARGV[4])
+return {'ok', fence, fmt(now + tonumber(ARGV[4]))}
 "#;
 
-/// Compare-and-extend. KEYS: lease. ARGV: token, lease ms.
+/// Compare-and-extend. KEYS: marker, lease. ARGV: run, hold-off, token, lease ms.
 const RENEW: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {'ok', tostring(now + tonumber(ARGV[2]))}
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return {'lost'} end
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {'ok', fmt(now + tonumber(ARGV[4]))}
 "#;
 
-/// Compare-and-delete. KEYS: lease. ARGV: token.
+/// Compare-and-delete. KEYS: marker, lease. ARGV: run, hold-off, token.
 const RELEASE: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
-redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return {'lost'} end
+redis.call('DEL', KEYS[2])
 return {'ok'}
 "#;
 
-/// KEYS: group set, fence counter. ARGV: owner, slots, lease ms. Members are `slot|owner|fence`.
+/// KEYS: marker, group set, fence. ARGV: run, hold-off, owner, slots, lease ms. Members are
+/// `slot|owner|fence`.
 const CLAIM_SLOT: &str = r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+if now < open_at then return {'wait', fmt(open_at)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local members = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 local used = {}
 for i = 1, #members, 2 do
   local slot = string.match(members[i], '^(%d+)|')
   if slot then used[tonumber(slot)] = true end
 end
-for s = 0, tonumber(ARGV[2]) - 1 do
+for s = 0, tonumber(ARGV[4]) - 1 do
   if not used[s] then
-    local fence = redis.call('INCR', KEYS[2])
-    local exp = now + tonumber(ARGV[3])
-    redis.call('ZADD', KEYS[1], exp, s .. '|' .. ARGV[1] .. '|' .. fence)
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {'ok', tostring(fence), tostring(exp), tostring(s)}
+    local fence = next_fence(KEYS[3])
+    local exp = now + tonumber(ARGV[5])
+    redis.call('ZADD', KEYS[2], exp, s .. '|' .. ARGV[3] .. '|' .. fence)
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
+    return {'ok', fence, fmt(exp), tostring(s)}
   end
 end
 return {'held', members[1], members[2]}
 "#;
 
-/// KEYS: group set. ARGV: member, lease ms.
+/// KEYS: marker, group set. ARGV: run, hold-off, member, lease ms.
 const RENEW_SLOT: &str = r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
 if (not score) or tonumber(score) <= now then return {'lost'} end
-local exp = now + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], 'XX', exp, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {'ok', tostring(exp)}
+local exp = now + tonumber(ARGV[4])
+redis.call('ZADD', KEYS[2], 'XX', exp, ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {'ok', fmt(exp)}
 "#;
 
-/// KEYS: group set. ARGV: member.
+/// KEYS: marker, group set. ARGV: run, hold-off, member.
 const RELEASE_SLOT: &str = r#"
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
 if (not score) or tonumber(score) <= now then return {'lost'} end
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[3])
 return {'ok'}
 "#;
 
-/// KEYS: candidates hash. ARGV: id, ttl ms, candidate JSON. Entries are `expiry|json`.
+/// KEYS: marker, candidates hash. ARGV: run, hold-off, id, ttl ms, candidate JSON. Entries are
+/// `expiry|json`. Not held off: a registration claims nothing (the candidate's claim of the
+/// leader key is).
 const REGISTER: &str = r#"
-redis.call('HSET', KEYS[1], ARGV[1], tostring(now + tonumber(ARGV[2])) .. '|' .. ARGV[3])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+redis.call('HSET', KEYS[2], ARGV[3], fmt(now + tonumber(ARGV[4])) .. '|' .. ARGV[5])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
 return {'ok'}
 "#;
 
-/// KEYS: candidates hash. Drops entries that ran out, returns the others.
+/// KEYS: marker, candidates hash. Drops entries that ran out, returns the others.
 const CANDIDATES: &str = r#"
-local all = redis.call('HGETALL', KEYS[1])
+local all = redis.call('HGETALL', KEYS[2])
 local out = {'ok'}
 for i = 1, #all, 2 do
   local exp = tonumber(string.match(all[i + 1], '^(%d+)|'))
   if exp and exp > now then
     table.insert(out, all[i + 1])
   else
-    redis.call('HDEL', KEYS[1], all[i])
+    redis.call('HDEL', KEYS[2], all[i])
   end
 end
 return out
 "#;
 
-/// KEYS: lease (or group set), target. ARGV: token (or member), is_slot, value.
+/// KEYS: marker, lease (or group set), target. ARGV: run, hold-off, token (or member), is_slot,
+/// value.
 const FENCED_SET: &str = r#"
 local held
-if ARGV[2] == '1' then
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if ARGV[4] == '1' then
+  local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
   held = score and tonumber(score) > now
 else
-  held = redis.call('GET', KEYS[1]) == ARGV[1]
+  held = redis.call('GET', KEYS[2]) == ARGV[3]
 end
 if not held then return {'lost'} end
-redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[5])
 return {'ok'}
 "#;
 
@@ -213,11 +259,12 @@ struct Scripts {
     register: Script,
     candidates: Script,
     fenced_set: Script,
+    state: Script,
 }
 
 impl Scripts {
     fn new() -> Self {
-        let s = |body: &str| Script::new(&format!("{NOW}{body}"));
+        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
         Self {
             claim: s(CLAIM),
             renew: s(RENEW),
@@ -228,6 +275,7 @@ impl Scripts {
             register: s(REGISTER),
             candidates: s(CANDIDATES),
             fenced_set: s(FENCED_SET),
+            state: s(STATE),
         }
     }
 }
@@ -235,7 +283,7 @@ impl Scripts {
 /// Leader, group and candidate leases on one Redis server.
 #[derive(Clone)]
 pub struct RedisElection {
-    conn: MultiplexedConnection,
+    link: Arc<Link>,
     options: RedisOptions,
     clock: Arc<dyn Clock>,
     scripts: Arc<Scripts>,
@@ -245,6 +293,11 @@ impl std::fmt::Debug for RedisElection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisElection").field("options", &self.options).finish()
     }
+}
+
+/// A claim refused while claims are held off after a loss: held until they open again.
+fn held_off(out: &[String]) -> Error {
+    Error::Held { owner: HOLD_OFF_HOLDER.into(), expires_at_ms: num(out.get(1)).unwrap_or(0) }
 }
 
 /// Maps a Redis failure to what happened; `write` says whether the command may have been applied.
@@ -267,9 +320,80 @@ pub fn redis_error(e: &RedisError, write: bool) -> Error {
 }
 
 fn num(v: Option<&String>) -> Result<u64> {
-    v.and_then(|s| s.parse::<f64>().ok())
-        .map(|f| f as u64)
+    v.and_then(|s| s.parse::<u64>().ok().or_else(|| s.parse::<f64>().ok().map(|f| f as u64)))
         .ok_or_else(|| Error::Store("unexpected script answer".into()))
+}
+
+/// The holder a claim refused during a hold-off reports.
+pub const HOLD_OFF_HOLDER: &str = "(hold-off after a Redis state loss)";
+
+/// A connection and the run id of the server process it reached.
+#[derive(Clone)]
+struct Connected {
+    conn: MultiplexedConnection,
+    run_id: Arc<str>,
+    generation: u64,
+}
+
+/// The connection to the server, opened again after it broke (a restarted server is a new
+/// process with a new run id, read once per connection).
+struct Link {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    current: std::sync::Mutex<Option<Connected>>,
+    connecting: tokio::sync::Mutex<u64>,
+}
+
+impl Link {
+    async fn get(&self) -> Result<Connected> {
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let mut generation = self.connecting.lock().await;
+        if let Some(c) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+            .map_err(|e| redis_error(&e, false))?;
+        let run_id = server_run_id(&mut conn).await?;
+        *generation += 1;
+        let c = Connected { conn, run_id: run_id.into(), generation: *generation };
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Drops the connection `c` after it failed so the next call opens a new one (unless a
+    /// newer one is already in place).
+    fn broken(&self, c: &Connected, e: &RedisError) {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            if current.as_ref().is_some_and(|now| now.generation == c.generation) {
+                debug!(error = %e, "redis connection dropped; reconnecting on the next call");
+                *current = None;
+            }
+        }
+    }
+}
+
+/// The server's run id (`INFO server`): a restarted server, or another one after a failover,
+/// has another. A user not allowed `INFO` gets an empty run id: a missing marker is then the
+/// only sign of a loss.
+async fn server_run_id(conn: &mut MultiplexedConnection) -> Result<String> {
+    match redis::cmd("INFO").arg("server").query_async::<String>(conn).await {
+        Ok(info) => info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .ok_or_else(|| Error::Store("INFO server has no run_id".into())),
+        Err(e) if e.code() == Some("NOPERM") => {
+            warn!("INFO is not allowed: a restart from a snapshot or a failover is not detected");
+            Ok(String::new())
+        }
+        Err(e) => Err(redis_error(&e, false)),
+    }
 }
 
 impl RedisElection {
@@ -280,9 +404,10 @@ impl RedisElection {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.connect_timeout));
-        let conn =
-            client.get_multiplexed_async_connection_with_config(&config).await.map_err(|e| redis_error(&e, false))?;
-        Ok(Self { conn, options, clock: Arc::new(SystemClock), scripts: Arc::new(Scripts::new()) })
+        let link =
+            Link { client, config, current: std::sync::Mutex::new(None), connecting: tokio::sync::Mutex::new(0) };
+        link.get().await?;
+        Ok(Self { link: Arc::new(link), options, clock: Arc::new(SystemClock), scripts: Arc::new(Scripts::new()) })
     }
 
     pub fn options(&self) -> &RedisOptions {
@@ -293,16 +418,36 @@ impl RedisElection {
         format!("{}{key}", self.options.key_prefix)
     }
 
+    /// How long claims are refused after a loss was noticed.
+    fn hold_off_ms(&self) -> u64 {
+        incarnation::hold_off_ms(self.timing().lease_ms(), self.timing().skew_ms())
+    }
+
+    /// Runs `script` in one round trip, with the marker and the state-loss check's arguments
+    /// in front of the script's own keys and arguments.
     async fn run(&self, script: &Script, keys: &[String], args: &[String], write: bool) -> Result<Vec<String>> {
+        let c = self.link.get().await?;
         let mut inv = script.prepare_invoke();
+        inv.key(self.key(MARKER));
         for k in keys {
             inv.key(k);
         }
+        inv.arg(&*c.run_id).arg(self.hold_off_ms());
         for a in args {
             inv.arg(a);
         }
-        let mut conn = self.conn.clone();
-        inv.invoke_async(&mut conn).await.map_err(|e| redis_error(&e, write))
+        let mut conn = c.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(|e| {
+            self.link.broken(&c, &e);
+            redis_error(&e, write)
+        })
+    }
+
+    /// How long claims are still refused after the server lost its state (zero when they are
+    /// accepted). Like every operation, this notices a loss and starts the hold-off.
+    pub async fn claims_open_in(&self) -> Result<Duration> {
+        let out = self.run(&self.scripts.state, &[], &[], true).await?;
+        Ok(Duration::from_millis(num(out.get(1))?.saturating_sub(num(out.get(2))?)))
     }
 
     fn lease(&self, id: &str, owner: &str, fence: u64, expires_at_ms: u64, sent_mono: u64) -> Lease {
@@ -343,8 +488,12 @@ impl RedisElection {
 
     /// Reads a plain key (prefixed), as [`fenced_set`](Self::fenced_set) wrote it.
     pub async fn get_value(&self, key: &str) -> Result<Option<String>> {
-        let mut conn = self.conn.clone();
-        redis::cmd("GET").arg(self.key(key)).query_async(&mut conn).await.map_err(|e| redis_error(&e, false))
+        let c = self.link.get().await?;
+        let mut conn = c.conn.clone();
+        redis::cmd("GET").arg(self.key(key)).query_async(&mut conn).await.map_err(|e| {
+            self.link.broken(&c, &e);
+            redis_error(&e, false)
+        })
     }
 }
 
@@ -366,6 +515,7 @@ impl ElectionBackend for RedisElection {
         let out = self.run(&self.scripts.claim, &keys, &args, true).await?;
         match out.first().map(String::as_str) {
             Some("ok") => Ok(self.lease(key, owner, num(out.get(1))?, num(out.get(2))?, sent)),
+            Some("wait") => Err(held_off(&out)),
             _ => {
                 let holder = out.get(1).and_then(|t| t.rsplit_once('|')).map(|(o, _)| o.to_string());
                 Err(Error::Held { owner: holder.unwrap_or_default(), expires_at_ms: num(out.get(2)).unwrap_or(0) })
@@ -387,6 +537,7 @@ impl ElectionBackend for RedisElection {
                 let slot = num(out.get(3))? as u32;
                 Ok(self.lease(&slot_id(key, slot), owner, num(out.get(1))?, num(out.get(2))?, sent))
             }
+            Some("wait") => Err(held_off(&out)),
             _ => {
                 let holder = out.get(1).and_then(|m| m.split('|').nth(1)).map(str::to_string);
                 Err(Error::Held { owner: holder.unwrap_or_default(), expires_at_ms: num(out.get(2)).unwrap_or(0) })
@@ -429,14 +580,18 @@ impl ElectionBackend for RedisElection {
     }
 
     async fn withdraw(&self, election: &str, candidate_id: &str) -> Result<()> {
-        let mut conn = self.conn.clone();
+        let c = self.link.get().await?;
+        let mut conn = c.conn.clone();
         redis::cmd("HDEL")
             .arg(self.key(election))
             .arg(candidate_id)
             .query_async::<i64>(&mut conn)
             .await
             .map(|_| ())
-            .map_err(|e| redis_error(&e, true))
+            .map_err(|e| {
+                self.link.broken(&c, &e);
+                redis_error(&e, true)
+            })
     }
 
     async fn candidates(&self, election: &str) -> Result<Vec<Candidate>> {

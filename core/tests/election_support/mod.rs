@@ -291,11 +291,13 @@ impl Shared {
 /// Contender processes of one run; killed (by pid) when dropped.
 pub struct Fleet {
     pub children: Vec<(String, Child)>,
+    /// Set in every contender's environment (e.g. a Redis of the test's own).
+    pub env: Vec<(String, String)>,
 }
 
 impl Fleet {
     pub fn new() -> Self {
-        Fleet { children: Vec::new() }
+        Fleet { children: Vec::new(), env: Vec::new() }
     }
 
     /// Starts a contender: this test binary running its `contender` test.
@@ -304,6 +306,7 @@ impl Fleet {
             .args(["--exact", "contender", "--ignored", "--nocapture", "--test-threads=1"])
             .envs(setup.env())
             .envs(role.env())
+            .envs(self.env.iter().cloned())
             .env("ELECTION_DIR", &shared.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
