@@ -2,6 +2,8 @@
 //! where, a store wrapper that injects faults, and the local AWS engine.
 #![allow(dead_code)]
 
+#[path = "../local_engine/mod.rs"]
+pub mod local_engine;
 pub mod proxy;
 
 use std::collections::HashMap;
@@ -350,14 +352,7 @@ pub fn unique(prefix: &str) -> String {
 /// The SDK configuration for the local AWS engine, or `None` (with a note) when none is
 /// configured. With `LEASELOCK_REQUIRE_SERVICES=1` a missing engine is a failure.
 pub async fn aws() -> Option<aws_config::SdkConfig> {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(
-            std::env::var("LEASELOCK_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "AWS_ENDPOINT_URL is not set; run through scripts/with-services.sh"
-        );
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set (scripts/with-services.sh starts the local engine)");
-        return None;
-    }
+    local_engine::endpoint(std::thread::current().name().unwrap_or("a worker test"))?;
     Some(aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
 }
 

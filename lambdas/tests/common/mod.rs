@@ -2,6 +2,9 @@
 //! samples in `lambdas/events/`, the router scenarios, and the local engine's setup.
 #![allow(dead_code)]
 
+#[path = "../../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -340,13 +343,7 @@ pub async fn malformed_writes_nothing<S: LeaseStore + ?Sized>(kind: Kind, store:
 /// The local engine's SDK config, or `None` (after saying so) when `AWS_ENDPOINT_URL` is unset.
 /// With `LEASELOCK_REQUIRE_SERVICES=1` a missing engine is a failure, not a skip.
 pub async fn services(test: &str) -> Option<aws_config::SdkConfig> {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        if std::env::var("LEASELOCK_REQUIRE_SERVICES").as_deref() == Ok("1") {
-            panic!("{test}: LEASELOCK_REQUIRE_SERVICES=1 but AWS_ENDPOINT_URL is not set");
-        }
-        eprintln!("skipped {test}: AWS_ENDPOINT_URL is not set (run under scripts/with-services.sh)");
-        return None;
-    }
+    local_engine::endpoint(test)?;
     Some(aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
 }
 
