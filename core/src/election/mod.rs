@@ -140,6 +140,15 @@ pub fn validate_slots(slots: u32) -> crate::Result<()> {
     Ok(())
 }
 
+/// A slot count as a binding received it (any whole number), checked and narrowed.
+pub fn slots_from(slots: u64) -> crate::Result<u32> {
+    let n = u32::try_from(slots).unwrap_or(u32::MAX);
+    if n as u64 != slots || !(1..=MAX_SLOTS).contains(&n) {
+        return Err(crate::Error::invalid("slots", format!("{slots} is out of range: 1 to {MAX_SLOTS}")));
+    }
+    Ok(n)
+}
+
 /// The most metadata entries a candidate registers, and their sizes in bytes.
 pub const MAX_METADATA_ENTRIES: usize = 64;
 pub const MAX_METADATA_KEY_BYTES: usize = 128;
@@ -194,6 +203,8 @@ mod tests {
             other => panic!("{other:?}"),
         };
         validate_slots(1).unwrap();
+        assert_eq!(slots_from(7).unwrap(), 7);
+        assert_eq!(field(slots_from(1 << 33).map(drop)), "slots");
         validate_slots(MAX_SLOTS).unwrap();
         for bad in [0, MAX_SLOTS + 1, u32::MAX] {
             assert_eq!(field(validate_slots(bad)), "slots");
