@@ -220,7 +220,13 @@ mod tests {
         assert!(err(r#"{"workerId":"w1","maxConnections":0}"#).contains("maxConnections"));
         assert!(err(r#"{"workerId":""}"#).contains("workerId"));
         assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
-        assert!(err(r#"{"workerId":"w","hintWaitMs":21000,"hints":true,"queueUrl":"q"}"#).contains("hintWaitMs"));
+        let q = r#""queueUrl":"https://sqs.us-east-1.amazonaws.com/123456789012/hints""#;
+        assert!(err(&format!(r#"{{"workerId":"w","hintWaitMs":21000,"hints":true,{q}}}"#)).contains("hintWaitMs"));
+        assert!(
+            err(r#"{"workerId":"w","hints":true,"queueUrl":"file:///etc/passwd"}"#).starts_with("invalid queue_url")
+        );
+        assert!(err(r#"{"workerId":"w","maxConnections":100001}"#).contains("maxConnections"));
+        assert!(err(r#"{"workerId":"w","orphanIntervalMs":1e15}"#).contains("orphanIntervalMs"));
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
         assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
         assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);
