@@ -197,7 +197,7 @@ fn a_command_that_cannot_run_claims_nothing() {
         ("not-executable", not_executable.to_str().unwrap()),
         ("not-on-path", "leaselock-no-such-command-xyz"),
     ] {
-        let mut cmd = run_if_leader(&backend, name, 3_000, &[], "true");
+        let cmd = run_if_leader(&backend, name, 3_000, &[], "true");
         // Replace `sh -c true` with the program that cannot run.
         let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         let at = args.iter().position(|a| a == "--").unwrap();
