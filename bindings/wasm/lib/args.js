@@ -54,7 +54,8 @@ function count(field, value) {
 }
 
 /** Throws for what JSON would change or drop in an options object: non-finite numbers, lone
- * surrogates, functions, symbols, BigInts. `field` names the option (its key path). */
+ * surrogates, functions, symbols, BigInts. `field` names the option (the top-level key of an
+ * options object). */
 function checkJson(field, value, depth = 0) {
   switch (typeof value) {
     case 'string':
@@ -80,8 +81,9 @@ function checkJson(field, value, depth = 0) {
         if (LONE_SURROGATE.test(k)) {
           throw invalid(field, `${shown(k)} holds a lone surrogate: not valid Unicode`);
         }
-        const path = depth === 0 && field === 'options' ? k : `${field}.${k}`;
-        checkJson(LONE_SURROGATE.test(path) || path.length > 200 ? field : path, v, depth + 1);
+        // An options object's keys are the options; deeper, the option itself is named.
+        const named = depth === 0 && field === 'options' && /^[A-Za-z][A-Za-z0-9]{0,63}$/.test(k) ? k : field;
+        checkJson(named, v, depth + 1);
       }
       return;
     default:
