@@ -29,13 +29,17 @@ pub fn text(py: Python<'_>, field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Str
     match s.to_cow() {
         Ok(s) => Ok(s.into_owned()),
         Err(_) => {
-            // Shown with the surrogate as `\ud800`, never replaced by U+FFFD.
-            let shown: String = s
-                .call_method1("encode", ("utf-8", "backslashreplace"))
+            // Shown with the surrogate as `\u{d800}`, never replaced by U+FFFD.
+            let head: Vec<u16> = s
+                .as_any()
+                .get_item(pyo3::types::PySlice::new(py, 0, 200, 1))
+                .and_then(|head| head.call_method1("encode", ("utf-16-le", "surrogatepass")))
                 .and_then(|b| b.extract::<Vec<u8>>())
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .map(|b| b.chunks_exact(2).map(|u| u16::from_le_bytes([u[0], u[1]])).collect())
                 .unwrap_or_default();
-            Err(refused(py, field, &format!("{} holds a lone surrogate: not valid Unicode", render::value(&shown))))
+            let total = s.call_method1("encode", ("utf-8", "surrogatepass")).and_then(|b| b.len()).unwrap_or(0);
+            let shown = render::utf16_value(&head, total);
+            Err(refused(py, field, &format!("{shown} holds a lone surrogate: not valid Unicode")))
         }
     }
 }

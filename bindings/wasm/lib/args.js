@@ -22,7 +22,15 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 /** A value as an error message shows it: strings quoted, escaped and bounded by core. */
 function shown(value) {
   if (typeof value === 'string') {
-    return wasm.renderValue(value.replace(/[\uD800-\uDFFF]/g, (c) => `\\u{${c.charCodeAt(0).toString(16)}}`));
+    if (!LONE_SURROGATE.test(value)) {
+      return wasm.renderValue(value);
+    }
+    // Shown with each lone surrogate as `\u{d800}`: a &str would have replaced it with U+FFFD.
+    const units = new Uint16Array(Math.min(value.length, 200));
+    for (let i = 0; i < units.length; i++) {
+      units[i] = value.charCodeAt(i);
+    }
+    return wasm.renderUtf16(units, Buffer.byteLength(value));
   }
   if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined) {
     return String(value);

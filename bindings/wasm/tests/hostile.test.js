@@ -6,6 +6,9 @@
 // scan of the table is unchanged.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
 const { ScanCommand } = require('@aws-sdk/client-dynamodb');
 const { LeaderElector, LeaseTable, Worker, InvalidInputError, InternalError } = require('..');
 const { freshTable } = require('./helpers');
@@ -173,4 +176,16 @@ test('hostile values at every entry point are refused naming the option; the tab
   assert.deepEqual(await scan(), before);
   assert.equal((await table.get('stream-1')).owner, 'owner-1');
   console.log(`hostile calls refused: ${cases} (seed ${SEED})`);
+});
+
+test("the README's example prints the Node error for a hostile id", () => {
+  const readme = fs.readFileSync(path.join(__dirname, '../../../README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('### What ids and urls may be'), readme.indexOf('\n## ', readme.indexOf('### What ids')));
+  const code = section.match(/```js\n([\s\S]*?)```/)[1];
+  const expected = section.match(/```text\n([\s\S]*?)```/)[1];
+  const out = execFileSync(process.execPath, ['--input-type=module', '-e', code], {
+    cwd: path.join(__dirname, '..'),
+    stdio: ['ignore', 'pipe', 'ignore'],
+  }).toString();
+  assert.equal(out, expected);
 });
