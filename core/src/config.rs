@@ -263,6 +263,7 @@ impl TableConfig {
             if name.is_empty() || name.len() > 255 {
                 return invalid(field, "must be 1 to 255 bytes".into());
             }
+            refuse_chars(field, name)?;
             if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
                 return invalid(field, format!("{} is already used by {other}", render::value(name)));
             }
@@ -548,6 +549,8 @@ mod tests {
         let huge = Duration::from_millis(u64::MAX);
         assert!(err(base.clone().lease_duration(huge)).starts_with("invalid lease_duration"));
         assert!(err(base.clone().operation_budget(huge)).starts_with("invalid operation_budget"));
+        let hostile = Attributes { owner: "holder\u{1b}[2J".into(), ..Attributes::default() };
+        assert!(err(base.clone().attributes(hostile)).contains("attributes.owner"));
         let dup = Attributes { fence: "lease_owner".into(), ..Attributes::default() };
         assert!(err(base.attributes(dup)).contains("attributes.fence"));
     }
