@@ -17,10 +17,11 @@ use tokio::sync::oneshot;
 use crate::args::Arg;
 use crate::errors::{guarded, invalid, to_py, to_py_named};
 use crate::table::PyLeaseTable;
-use crate::{awaitable, seconds_left, wait};
+use crate::{awaitable, detached, seconds_left};
 
 /// Core's Redis option names and the arguments the caller passed.
-const REDIS_NAMES: &[(&str, &str)] = &[("lease", "lease_ms"), ("renew", "renew_ms"), ("skew", "clock_skew_ms")];
+const REDIS_NAMES: &[(&str, &str)] =
+    &[("lease", "lease_ms"), ("renew", "renew_ms"), ("skew", "clock_skew_ms"), ("redis url", "url")];
 
 /// Core's elector option names and the arguments the caller passed.
 const ELECTOR_NAMES: &[(&str, &str)] = &[
@@ -62,7 +63,8 @@ impl PyRedisElection {
                 .skew(clock_skew_ms.ms(py, "clock_skew_ms")?)
                 .key_prefix(key_prefix.text(py, "key_prefix")?);
             options.validate().map_err(|e| to_py_named(py, e, REDIS_NAMES))?;
-            let backend = wait(py, async move { RedisElection::connect(&url, options).await })?;
+            let backend = detached(py, async move { RedisElection::connect(&url, options).await })?
+                .map_err(|e| to_py_named(py, e, REDIS_NAMES))?;
             Ok(Self { backend: Arc::new(backend) })
         })
     }
