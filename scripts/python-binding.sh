@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
-.venv/bin/pip install -q 'maturin>=1.16,<1.17' pytest mypy websockets boto3
+.venv/bin/pip install -q 'maturin>=1.16,<1.17' pytest mypy websockets boto3 hypothesis
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" \
   .venv/bin/maturin develop -q -m bindings/python/Cargo.toml "$@"

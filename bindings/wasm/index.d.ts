@@ -243,6 +243,8 @@ export declare class TableNotFoundError extends StoreError {
 export declare class ShutdownError extends LeaseLockError {
   readonly reason: 'Shutdown';
 }
+/** A bug in leaselock (the wasm module trapped); no input should ever cause it. */
+export declare class InternalError extends LeaseLockError {}
 
 // Leader, group and strategic election.
 

@@ -29,6 +29,7 @@ module.exports = {
   AccessDeniedError: errors.AccessDeniedError,
   TableNotFoundError: errors.TableNotFoundError,
   ShutdownError: errors.ShutdownError,
+  InternalError: errors.InternalError,
 };
 
 // Leader, group and strategic election (the same keys and decisions as the Rust and Python electors).

@@ -23,6 +23,7 @@ export const {
   AccessDeniedError,
   TableNotFoundError,
   ShutdownError,
+  InternalError,
 } = leaselock;
 export const { LeaderElector, Term } = leaselock;
 export default leaselock;

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 node --test --test-concurrency=1 \
   tests/errors.test.js \
+  tests/hostile.test.js \
   tests/table.test.js \
   tests/ambiguous.test.js \
   tests/worker.test.js \

@@ -11,7 +11,9 @@
 //!   The kernel's signal reaches the command itself; a shell command should `exec` its last
 //!   program so that the program is that child.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,11 +32,13 @@ pub const SKIPPED_EXIT: i32 = 75;
 /// Run a command only on the elected process; it gets the fence in LEASELOCK_FENCE.
 ///
 /// Exits with the command's status (128 + N when it was ended by signal N, e.g. 143 after
-/// the SIGTERM sent when the lease is lost), or 75 when another process is leader for the
-/// whole wait (skipped; nothing was run).
+/// the SIGTERM sent when the lease is lost), 75 when another process is leader for the
+/// whole wait (skipped; nothing was run), or 2 when the command cannot run (not found, not
+/// executable: checked before anything is claimed).
 #[derive(Args, Debug)]
 #[command(after_help = "Exit status: the command's own; 128 + N when it was ended by signal N (143 after the \
-SIGTERM sent when the lease ends); 75 when skipped (another process led for the whole wait; nothing ran).\n\
+SIGTERM sent when the lease ends); 75 when skipped (another process led for the whole wait; nothing ran); \
+2 when the command cannot run (not found on PATH, not executable: nothing was claimed).\n\
 The command gets LEASELOCK_FENCE (the claim's fencing token, strictly increasing per name), \
 LEASELOCK_ELECTION and, with --slots, LEASELOCK_SLOT.")]
 pub struct RunIfLeaderArgs {
@@ -91,8 +95,38 @@ async fn backend(table: &TableArgs, args: &RunIfLeaderArgs) -> CliResult<Arc<dyn
     })
 }
 
+/// The program a command would run: a path (with a `/`) as given, or the first match on `PATH`;
+/// refused (bad input, nothing claimed) unless it is a file this process may execute.
+fn runnable(program: &str) -> CliResult<PathBuf> {
+    let shown = leaselock::render::value(program);
+    let executable = |p: &Path| {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else { return false };
+        // SAFETY: a NUL-terminated path; access() only reads it.
+        p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+    };
+    if program.is_empty() {
+        return Err(Failure::Usage("cannot run the command: its name is empty".into()));
+    }
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        if executable(&path) {
+            return Ok(path);
+        }
+        let why = if path.exists() { "not an executable file" } else { "no such file" };
+        return Err(Failure::Usage(format!("cannot run {shown}: {why}; nothing was claimed")));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| Failure::Usage(format!("cannot run {shown}: not found on PATH; nothing was claimed")))
+}
+
 /// Runs the election; exits the process with the command's status or [`SKIPPED_EXIT`].
-pub async fn run(table: &TableArgs, args: RunIfLeaderArgs) -> CliResult {
+pub async fn run(table: &TableArgs, mut args: RunIfLeaderArgs) -> CliResult {
+    // A command that cannot start is bad input: found out before anything is claimed.
+    let program = runnable(&args.command[0])?;
+    args.command[0] = program.to_string_lossy().into_owned();
     let backend = backend(table, &args).await?;
     let grace = Duration::from_millis(args.grace_ms.unwrap_or(table.skew_ms));
     let options = ElectionOptions::default()

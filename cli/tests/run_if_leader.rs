@@ -195,6 +195,48 @@ fn slots_run_the_command_on_at_most_n_hosts() {
 }
 
 /// Takes the lease over behind the runner's back, as a takeover after a partition would.
+#[test]
+fn a_command_that_cannot_run_claims_nothing() {
+    let Some(backend) = redis() else { return };
+    let url = backend.url.clone().unwrap();
+    let port = url.rsplit(':').next().unwrap().trim_end_matches('/').to_string();
+    let dir = scratch("norun");
+    let not_executable = dir.join("data.txt");
+    std::fs::write(&not_executable, "echo hi\n").unwrap();
+    let missing = dir.join("nonexistent").join("cmd");
+    for (name, program) in [
+        ("missing", missing.to_str().unwrap()),
+        ("not-executable", not_executable.to_str().unwrap()),
+        ("not-on-path", "leaselock-no-such-command-xyz"),
+    ] {
+        let cmd = run_if_leader(&backend, name, 3_000, &[], "true");
+        // Replace `sh -c true` with the program that cannot run.
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let at = args.iter().position(|a| a == "--").unwrap();
+        let mut cmd2 = Command::new(env!("CARGO_BIN_EXE_leaselock"));
+        cmd2.args(&args[..=at]).arg(program).env("LEASELOCK_REDIS_URL", &url);
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => cmd2.env(k, v),
+                None => cmd2.env_remove(k),
+            };
+        }
+        let out = cmd2.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains("cannot run") && stderr.contains("nothing was claimed"), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: one line: {stderr}");
+        // No claim was made: the leader key's fence counter was never created.
+        for key in [
+            format!("leaselock:{}leader/{name}", backend.prefix),
+            format!("leaselock:{}leader/{name}:fence", backend.prefix),
+        ] {
+            let exists = Command::new("redis-cli").args(["-p", &port, "EXISTS", &key]).output().unwrap();
+            assert_eq!(String::from_utf8_lossy(&exists.stdout).trim(), "0", "{name}: {key} was written");
+        }
+    }
+}
+
 fn steal(url: &str, prefix: &str, name: &str) {
     let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
     let key = format!("leaselock:{prefix}leader/{name}");

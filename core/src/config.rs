@@ -230,6 +230,15 @@ impl TableConfig {
         if self.owner_index_name == self.index_name {
             return invalid("owner_index_name", "must differ from the orphan index's name".into());
         }
+        for (field, d) in [
+            ("lease_duration", self.lease_duration),
+            ("renew_interval", self.renew_interval),
+            ("clock_skew", self.clock_skew),
+            ("operation_budget", self.operation_budget),
+            ("operation_attempt_timeout", self.operation_attempt_timeout),
+        ] {
+            validate_duration(field, d)?;
+        }
         if self.operation_budget.is_zero() {
             return invalid("operation_budget", "must be greater than zero".into());
         }
@@ -254,6 +263,7 @@ impl TableConfig {
             if name.is_empty() || name.len() > 255 {
                 return invalid(field, "must be 1 to 255 bytes".into());
             }
+            refuse_chars(field, name)?;
             if let Some((other, _)) = names[..i].iter().find(|(_, n)| n == name) {
                 return invalid(field, format!("{} is already used by {other}", render::value(name)));
             }
@@ -264,10 +274,7 @@ impl TableConfig {
         {
             return invalid("session_partition", "must be non-empty and not a desired state".into());
         }
-        if self.key_prefix.len() > MAX_KEY_PREFIX_BYTES {
-            return invalid("key_prefix", format!("at most {MAX_KEY_PREFIX_BYTES} bytes"));
-        }
-        refuse_chars("key_prefix", &self.key_prefix)?;
+        validate_key_prefix("key_prefix", &self.key_prefix)?;
         if self.clock_skew.is_zero() {
             return invalid("clock_skew", "must be greater than zero".into());
         }
@@ -334,6 +341,43 @@ pub const MAX_KEY_PREFIX_BYTES: usize = 512;
 
 /// Largest url, in bytes.
 pub const MAX_URL_BYTES: usize = 4096;
+
+/// The longest duration any timing option may be (30 days): a lease, an interval, a wait, a
+/// grace period. Longer values are refused, so deadlines computed from them stay far from any
+/// clock's overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Refuses a duration longer than [`MAX_DURATION`], naming `field`.
+pub fn validate_duration(field: &str, d: Duration) -> Result<()> {
+    if d > MAX_DURATION {
+        return Err(Error::invalid(
+            field,
+            format!("{} ms is too long: at most {} ms (30 days)", d.as_millis(), MAX_DURATION.as_millis()),
+        ));
+    }
+    Ok(())
+}
+
+/// A key prefix (of a table or an elector): at most [`MAX_KEY_PREFIX_BYTES`] bytes without
+/// control or invisible format characters; empty is allowed.
+pub fn validate_key_prefix(field: &str, prefix: &str) -> Result<()> {
+    if prefix.len() > MAX_KEY_PREFIX_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("too long: {} bytes, at most {MAX_KEY_PREFIX_BYTES} allowed", prefix.len()),
+        ));
+    }
+    refuse_chars(field, prefix)
+}
+
+/// Free text the store writes or a log prints (a metrics namespace, candidate metadata): at
+/// most `max_bytes` bytes without control or invisible format characters; empty is allowed.
+pub fn validate_text(field: &str, text: &str, max_bytes: usize) -> Result<()> {
+    if text.len() > max_bytes {
+        return Err(Error::invalid(field, format!("too long: {} bytes, at most {max_bytes} allowed", text.len())));
+    }
+    refuse_chars(field, text)
+}
 
 /// Invisible format characters an id (or url) may not contain, besides every control character
 /// (Unicode category Cc: U+0000..U+001F, U+007F..U+009F). Each is invisible on a terminal or in
@@ -502,6 +546,11 @@ mod tests {
         assert!(err(base.clone().renew_interval(Duration::ZERO)).contains("renew_interval"));
         assert!(err(base.clone().clock_skew(Duration::ZERO)).contains("clock_skew"));
         assert!(err(TableConfig::new("x")).contains("table_name"));
+        let huge = Duration::from_millis(u64::MAX);
+        assert!(err(base.clone().lease_duration(huge)).starts_with("invalid lease_duration"));
+        assert!(err(base.clone().operation_budget(huge)).starts_with("invalid operation_budget"));
+        let hostile = Attributes { owner: "holder\u{1b}[2J".into(), ..Attributes::default() };
+        assert!(err(base.clone().attributes(hostile)).contains("attributes.owner"));
         let dup = Attributes { fence: "lease_owner".into(), ..Attributes::default() };
         assert!(err(base.attributes(dup)).contains("attributes.fence"));
     }

@@ -94,6 +94,34 @@ pub fn value(s: &str) -> String {
     }
 }
 
+/// [`value`] for text that is not valid Unicode: UTF-16 code units (a JavaScript or Python
+/// string) that may hold lone surrogates, shown as `\u{d800}` escapes, never replaced.
+/// `head` is the start of the value (at least [`VALUE_CHARS`] + 1 units when it is longer);
+/// `total_bytes` its whole length in bytes, a lone surrogate counting 3.
+pub fn utf16_value(head: &[u16], total_bytes: usize) -> String {
+    let mut out = String::new();
+    let mut cut = false;
+    for (shown, unit) in char::decode_utf16(head.iter().copied()).enumerate() {
+        if shown == VALUE_CHARS {
+            cut = true;
+            break;
+        }
+        match unit {
+            Ok(c) if crate::config::is_refused_char(c) || c == '\\' => push_escaped(&mut out, c),
+            Ok('"') => out.push_str("\\\""),
+            Ok(c) => out.push(c),
+            Err(lone) => {
+                let _ = write!(out, "\\u{{{:x}}}", lone.unpaired_surrogate());
+            }
+        }
+    }
+    if cut {
+        format!("\"{out}\"... ({total_bytes} bytes)")
+    } else {
+        format!("\"{out}\"")
+    }
+}
+
 /// Another component's error text (which may quote the input) made safe to pass on: at most
 /// [`TEXT_CHARS`] characters, followed by the total length when cut, with control and invisible
 /// characters escaped. What the text escaped itself (a parser quoting a string) is left as it is.
@@ -127,6 +155,18 @@ mod tests {
         let escapes = "\u{1b}".repeat(1_000_000);
         assert!(value(&escapes).len() <= VALUE_CHARS * 10 + 32, "{}", value(&escapes).len());
         assert!(value(&"\u{10ffff}".repeat(1000)).len() < 400);
+    }
+
+    #[test]
+    fn lone_surrogates_are_escaped_not_replaced() {
+        let units: Vec<u16> = "s1\u{1b}".encode_utf16().chain([0xd800, u16::from(b'"')]).collect();
+        assert_eq!(utf16_value(&units, 9), r#""s1\u{1b}\u{d800}\"""#);
+        let long: Vec<u16> = std::iter::repeat_n(0xdc00, 100).collect();
+        let shown = utf16_value(&long, 300);
+        assert!(shown.ends_with("\"... (300 bytes)") && shown.matches("\\u{dc00}").count() == VALUE_CHARS, "{shown}");
+        // Valid text renders as `value` does.
+        let ok: Vec<u16> = "flux-é-日本 \\".encode_utf16().collect();
+        assert_eq!(utf16_value(&ok, 0), value("flux-é-日本 \\"));
     }
 
     #[test]

@@ -5,9 +5,7 @@
 //! As in the worker, the renewals and the deadline are tokio tasks that never take the GIL, and
 //! the calls into Python (start, cancel) run on tokio's blocking pool.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use leaselock::election::{ElectionBackend, ElectionOptions, TermEnd};
 use leaselock::redis::{RedisElection, RedisOptions};
@@ -16,15 +14,27 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 use tokio::sync::oneshot;
 
-use crate::errors::{invalid, to_py};
+use crate::args::Arg;
+use crate::errors::{guarded, invalid, to_py, to_py_named};
 use crate::table::PyLeaseTable;
-use crate::{awaitable, seconds_left, wait};
+use crate::{awaitable, detached, seconds_left};
 
-fn ms(py: Python<'_>, field: &str, v: i64) -> PyResult<Duration> {
-    u64::try_from(v)
-        .map(Duration::from_millis)
-        .map_err(|_| invalid(py, field, &format!("{field} {v}: must not be negative")))
-}
+/// Core's Redis option names and the arguments the caller passed.
+const REDIS_NAMES: &[(&str, &str)] =
+    &[("lease", "lease_ms"), ("renew", "renew_ms"), ("skew", "clock_skew_ms"), ("redis url", "url")];
+
+/// Core's elector option names and the arguments the caller passed.
+const ELECTOR_NAMES: &[(&str, &str)] = &[
+    ("owner", "candidate_id"),
+    ("wait", "wait_ms"),
+    ("min_lease", "min_lease_ms"),
+    ("retry_delay", "retry_ms"),
+    ("term", "term_ms"),
+];
+
+/// Core's strategic-election names and the arguments the caller passed.
+const CANDIDATE_NAMES: &[(&str, &str)] =
+    &[("candidate.score", "score"), ("candidate.load", "load"), ("candidate.metadata", "metadata")];
 
 /// The Redis election store: leader, slot and candidate keys under `key_prefix`.
 #[pyclass(module = "leaselock._native", name = "RedisElection", frozen)]
@@ -35,23 +45,28 @@ pub struct PyRedisElection {
 #[pymethods]
 impl PyRedisElection {
     #[new]
-    #[pyo3(signature = (url, *, lease_ms=20_000, renew_ms=5_000, clock_skew_ms=1_000, key_prefix="leaselock:".to_string()))]
+    #[pyo3(signature = (url, *, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000), clock_skew_ms=Arg::Int(1_000),
+        key_prefix=Arg::Text("leaselock:")))]
     fn new(
         py: Python<'_>,
-        url: String,
-        lease_ms: i64,
-        renew_ms: i64,
-        clock_skew_ms: i64,
-        key_prefix: String,
+        url: Arg,
+        lease_ms: Arg,
+        renew_ms: Arg,
+        clock_skew_ms: Arg,
+        key_prefix: Arg,
     ) -> PyResult<Self> {
-        let options = RedisOptions::default()
-            .lease(ms(py, "lease_ms", lease_ms)?)
-            .renew(ms(py, "renew_ms", renew_ms)?)
-            .skew(ms(py, "clock_skew_ms", clock_skew_ms)?)
-            .key_prefix(key_prefix);
-        let backend =
-            wait(py, async move { RedisElection::connect(&url, options).await }).map_err(|e| rename_timing(py, e))?;
-        Ok(Self { backend: Arc::new(backend) })
+        guarded(|| {
+            let url = url.text(py, "url")?;
+            let options = RedisOptions::default()
+                .lease(lease_ms.ms(py, "lease_ms")?)
+                .renew(renew_ms.ms(py, "renew_ms")?)
+                .skew(clock_skew_ms.ms(py, "clock_skew_ms")?)
+                .key_prefix(key_prefix.text(py, "key_prefix")?);
+            options.validate().map_err(|e| to_py_named(py, e, REDIS_NAMES))?;
+            let backend = detached(py, async move { RedisElection::connect(&url, options).await })?
+                .map_err(|e| to_py_named(py, e, REDIS_NAMES))?;
+            Ok(Self { backend: Arc::new(backend) })
+        })
     }
 
     #[getter]
@@ -70,19 +85,6 @@ impl PyRedisElection {
     fn key_prefix(&self) -> &str {
         &self.backend.options().key_prefix
     }
-}
-
-/// Core names the Redis timing fields `lease`, `renew`, `skew`; the caller passed `*_ms`.
-fn rename_timing(py: Python<'_>, e: PyErr) -> PyErr {
-    let field: Option<String> = e.value(py).getattr("field").and_then(|f| f.extract()).ok();
-    let renamed = match field.as_deref() {
-        Some("lease") => "lease_ms",
-        Some("renew") => "renew_ms",
-        Some("skew") => "clock_skew_ms",
-        _ => return e,
-    };
-    let _ = e.value(py).setattr("field", renamed);
-    e
 }
 
 /// What an elected action is handed: the claim's fence and its term's deadline.
@@ -177,16 +179,23 @@ fn outcome(o: Outcome<()>) -> Result3 {
 }
 
 fn strategy_arg(py: Python<'_>, strategy: &str, preferred: Option<String>) -> PyResult<Strategy> {
-    match (strategy, preferred) {
-        ("highest_score", None) => Ok(Strategy::HighestScore),
-        ("least_loaded", None) => Ok(Strategy::LeastLoaded),
-        ("preferred", Some(id)) => Ok(Strategy::PreferredNode(id)),
-        (s, _) => Err(invalid(
-            py,
-            "strategy",
-            &format!("strategy {s:?}: \"highest_score\", \"least_loaded\" or (\"preferred\", id)"),
-        )),
-    }
+    let strategy = match (strategy, preferred) {
+        ("highest_score", None) => Strategy::HighestScore,
+        ("least_loaded", None) => Strategy::LeastLoaded,
+        ("preferred", Some(id)) => Strategy::PreferredNode(id),
+        (s, _) => {
+            return Err(invalid(
+                py,
+                "strategy",
+                &format!(
+                    "invalid strategy: {} is not \"highest_score\", \"least_loaded\" or (\"preferred\", id)",
+                    leaselock::render::value(s)
+                ),
+            ))
+        }
+    };
+    strategy.validate().map_err(|e| to_py(py, e))?;
+    Ok(strategy)
 }
 
 /// Runs actions only while this process holds an election lease.
@@ -198,48 +207,42 @@ pub struct PyLeaderElector {
 #[pymethods]
 impl PyLeaderElector {
     #[new]
-    #[pyo3(signature = (backend, candidate_id, *, wait_ms=0, min_lease_ms=0, retry_ms=200, key_prefix=String::new(), term_ms=None))]
+    #[pyo3(signature = (backend, candidate_id, *, wait_ms=Arg::Int(0), min_lease_ms=Arg::Int(0), retry_ms=Arg::Int(200),
+        key_prefix=Arg::Text(""), term_ms=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         backend: &Bound<'_, PyAny>,
-        candidate_id: String,
-        wait_ms: i64,
-        min_lease_ms: i64,
-        retry_ms: i64,
-        key_prefix: String,
-        term_ms: Option<i64>,
+        candidate_id: Arg,
+        wait_ms: Arg,
+        min_lease_ms: Arg,
+        retry_ms: Arg,
+        key_prefix: Arg,
+        term_ms: Arg,
     ) -> PyResult<Self> {
-        let backend: Arc<dyn ElectionBackend> = if let Ok(table) = backend.cast::<PyLeaseTable>() {
-            let table = (*table.get().table).clone();
-            let registry = DynamoRegistry::for_table(&table);
-            Arc::new(StoreElection::new(table, registry))
-        } else if let Ok(redis) = backend.cast::<PyRedisElection>() {
-            redis.get().backend.clone()
-        } else {
-            return Err(invalid(py, "backend", "backend: a LeaseTable or a RedisElection"));
-        };
-        let mut options = ElectionOptions::default()
-            .wait(ms(py, "wait_ms", wait_ms)?)
-            .min_lease(ms(py, "min_lease_ms", min_lease_ms)?)
-            .retry_delay(ms(py, "retry_ms", retry_ms)?)
-            .key_prefix(key_prefix);
-        if let Some(t) = term_ms {
-            options = options.term(ms(py, "term_ms", t)?);
-        }
-        let elector = LeaderElector::new(backend, candidate_id, options).map_err(|e| match e {
-            leaselock::Error::InvalidInput { field, message } => {
-                let field = match field.as_str() {
-                    "owner" => "candidate_id",
-                    "retry_delay" => "retry_ms",
-                    "term" => "term_ms",
-                    other => other,
-                };
-                invalid(py, field, &format!("invalid {field}: {message}"))
+        guarded(|| {
+            let backend: Arc<dyn ElectionBackend> = if let Ok(table) = backend.cast::<PyLeaseTable>() {
+                let table = (*table.get().table).clone();
+                let registry = DynamoRegistry::for_table(&table);
+                Arc::new(StoreElection::new(table, registry))
+            } else if let Ok(redis) = backend.cast::<PyRedisElection>() {
+                redis.get().backend.clone()
+            } else {
+                return Err(invalid(py, "backend", "invalid backend: a LeaseTable or a RedisElection"));
+            };
+            let candidate_id = candidate_id.text(py, "candidate_id")?;
+            let mut options = ElectionOptions::default()
+                .wait(wait_ms.ms(py, "wait_ms")?)
+                .min_lease(min_lease_ms.ms(py, "min_lease_ms")?)
+                .retry_delay(retry_ms.ms(py, "retry_ms")?)
+                .key_prefix(key_prefix.text(py, "key_prefix")?);
+            if let Some(t) = term_ms.opt_ms(py, "term_ms")? {
+                options = options.term(t);
             }
-            e => to_py(py, e),
-        })?;
-        Ok(Self { elector })
+            let elector =
+                LeaderElector::new(backend, candidate_id, options).map_err(|e| to_py_named(py, e, ELECTOR_NAMES))?;
+            Ok(Self { elector })
+        })
     }
 
     #[getter]
@@ -248,7 +251,9 @@ impl PyLeaderElector {
     }
 
     /// Resolves with `(fence, end, holder)` once the term is over (see `leaselock.election`).
-    fn run_if_leader_async<'py>(&self, py: Python<'py>, name: String, start: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn run_if_leader_async<'py>(&self, py: Python<'py>, name: Arg, start: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let name = name.text(py, "name")?;
+        leaselock::config::validate_id("name", &name).map_err(|e| to_py(py, e))?;
         let (elector, start) = (self.elector.clone(), Arc::new(start));
         awaitable(
             py,
@@ -259,34 +264,42 @@ impl PyLeaderElector {
     fn run_if_slot_async<'py>(
         &self,
         py: Python<'py>,
-        name: String,
-        slots: u32,
+        name: Arg,
+        slots: Arg,
         start: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let name = name.text(py, "name")?;
+        leaselock::config::validate_id("name", &name).map_err(|e| to_py(py, e))?;
+        let slots = slots.count::<u64>(py, "slots")?;
+        let slots = leaselock::election::slots_from(slots).map_err(|e| to_py(py, e))?;
         let (elector, start) = (self.elector.clone(), Arc::new(start));
         awaitable(py, async move {
             elector.run_if_slot(&name, slots, move |term| run_action(start, term)).await.map(outcome)
         })
     }
 
-    #[pyo3(signature = (name, start, *, score=0.0, load=0.0, metadata=None, strategy="highest_score", preferred=None))]
+    #[pyo3(signature = (name, start, *, score=Arg::Int(0), load=Arg::Int(0), metadata=Arg::Absent,
+        strategy=Arg::Text("highest_score"), preferred=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn run_if_elected_async<'py>(
         &self,
         py: Python<'py>,
-        name: String,
+        name: Arg,
         start: Py<PyAny>,
-        score: f64,
-        load: f64,
-        metadata: Option<BTreeMap<String, String>>,
-        strategy: &str,
-        preferred: Option<String>,
+        score: Arg,
+        load: Arg,
+        metadata: Arg,
+        strategy: Arg,
+        preferred: Arg,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let strategy = strategy_arg(py, strategy, preferred)?;
+        let name = name.text(py, "name")?;
+        leaselock::config::validate_id("name", &name).map_err(|e| to_py(py, e))?;
+        let strategy = strategy_arg(py, &strategy.text(py, "strategy")?, preferred.opt_text(py, "strategy")?)?;
         let candidate = Candidate {
-            metadata: metadata.unwrap_or_default(),
-            ..Candidate::new(self.elector.owner(), score).load(load)
+            metadata: metadata.text_map(py, "metadata")?,
+            ..Candidate::new(self.elector.owner(), score.number(py, "score")?).load(load.number(py, "load")?)
         };
+        candidate.validate().map_err(|e| to_py_named(py, e, CANDIDATE_NAMES))?;
         let (elector, start) = (self.elector.clone(), Arc::new(start));
         awaitable(py, async move {
             elector.run_if_elected(&name, candidate, &strategy, move |term| run_action(start, term)).await.map(outcome)

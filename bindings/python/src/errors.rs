@@ -31,6 +31,12 @@ create_exception!(
     "Bad input, refused before anything was written (`.field`)."
 );
 create_exception!(leaselock, StoreError, LeaseLockError, "Any other store failure.");
+create_exception!(
+    leaselock,
+    InternalError,
+    LeaseLockError,
+    "A bug in leaselock: a panic stopped at the binding's edge instead of crossing into Python."
+);
 create_exception!(leaselock, Timeout, StoreError, "The store did not answer in time (`.outcome_unknown`).");
 create_exception!(leaselock, Unreachable, StoreError, "The store could not be reached.");
 create_exception!(leaselock, AccessDenied, StoreError, "The credentials may not do this.");
@@ -50,9 +56,26 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
     v.into_py_any(py).unwrap_or_else(|_| py.None())
 }
 
+/// The most bytes of an error message: a message quotes values bounded, this is the backstop.
+const MAX_MESSAGE_BYTES: usize = 1000;
+
+/// `message` on one line (control and invisible characters escaped) and at most
+/// [`MAX_MESSAGE_BYTES`] bytes.
+fn clean(message: &str) -> String {
+    let line = leaselock::render::one_line(message);
+    if line.len() <= MAX_MESSAGE_BYTES {
+        return line.into_owned();
+    }
+    let mut end = MAX_MESSAGE_BYTES - 24;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &line[..end], line.len())
+}
+
 /// The Python exception for a core error.
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
-    let message = err.to_string();
+    let message = clean(&err.to_string());
     match err {
         Error::Held { owner, expires_at_ms } => with_attrs(
             py,
@@ -82,7 +105,40 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
 
 /// An `InvalidInput` naming `field` (for the arguments only the binding sees).
 pub fn invalid(py: Python<'_>, field: &str, message: &str) -> PyErr {
-    with_attrs(py, InvalidInput::new_err(message.to_string()), &[("field", obj(py, field))])
+    let field = leaselock::render::one_line(field);
+    with_attrs(py, InvalidInput::new_err(clean(message)), &[("field", obj(py, field.as_ref()))])
+}
+
+/// The Python exception for a core error, an `InvalidInput`'s field renamed from core's name
+/// to the argument the caller passed (`("hint_wait", "hint_wait_ms")`).
+pub fn to_py_named(py: Python<'_>, err: Error, names: &[(&str, &str)]) -> PyErr {
+    match err {
+        Error::InvalidInput { field, message } => {
+            let field = names.iter().find(|(core, _)| *core == field).map_or(field.as_str(), |(_, py)| *py);
+            invalid(py, field, &format!("invalid {field}: {message}"))
+        }
+        e => to_py(py, e),
+    }
+}
+
+/// The last-resort guard: a panic caught at the binding's edge, as an `InternalError`.
+pub fn panicked(payload: Box<dyn std::any::Any + Send>) -> PyErr {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    InternalError::new_err(clean(&format!("internal error (a bug in leaselock): {}", leaselock::render::text(&what))))
+}
+
+/// A failure of the binding's own machinery (a task cancelled with the runtime) as a store error.
+pub fn machinery(message: String) -> PyErr {
+    StoreError::new_err(clean(&message))
+}
+
+/// Runs `f`, turning a panic into an `InternalError` instead of letting it cross into Python.
+pub fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panicked(p)))
 }
 
 /// Adds the exception classes to the native module.
@@ -97,6 +153,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Throttled", py.get_type::<Throttled>())?;
     m.add("InvalidInput", py.get_type::<InvalidInput>())?;
     m.add("StoreError", py.get_type::<StoreError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("Unreachable", py.get_type::<Unreachable>())?;
     m.add("AccessDenied", py.get_type::<AccessDenied>())?;

@@ -15,7 +15,7 @@ use crate::errors::invalid;
 type Attrs = HashMap<String, AttributeValue>;
 
 fn bad(py: Python<'_>, field: &str, why: &str) -> PyErr {
-    invalid(py, field, &format!("{field}: {why}"))
+    invalid(py, field, &format!("invalid {field}: {why}"))
 }
 
 fn value(py: Python<'_>, field: &str, v: &Bound<'_, PyAny>) -> PyResult<AttributeValue> {
@@ -40,7 +40,7 @@ fn value(py: Python<'_>, field: &str, v: &Bound<'_, PyAny>) -> PyResult<Attribut
             let list = inner.cast::<PyList>().map_err(|_| bad(py, field, "L takes a list"))?;
             AttributeValue::L(list.iter().map(|v| value(py, field, &v)).collect::<PyResult<_>>()?)
         }
-        other => return Err(bad(py, field, &format!("unknown attribute type {other:?}"))),
+        other => return Err(bad(py, field, &format!("unknown attribute type {}", leaselock::render::value(other)))),
     };
     Ok(out)
 }
@@ -137,7 +137,7 @@ fn action(py: Python<'_>, field: &str, v: &Bound<'_, PyAny>) -> PyResult<Transac
                 .set_expression_attribute_values(p.values)
                 .build(),
         )?),
-        other => return Err(bad(py, field, &format!("unknown action {other:?}"))),
+        other => return Err(bad(py, field, &format!("unknown action {}", leaselock::render::value(other)))),
     };
     Ok(item.build())
 }
@@ -145,5 +145,18 @@ fn action(py: Python<'_>, field: &str, v: &Bound<'_, PyAny>) -> PyResult<Transac
 /// The `writes` argument of the fenced write helpers.
 pub(crate) fn writes(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Vec<TransactWriteItem>> {
     let list = v.cast::<PyList>().map_err(|_| bad(py, "writes", "must be a list of actions"))?;
-    list.iter().enumerate().map(|(i, w)| action(py, &format!("writes[{i}]"), &w)).collect()
+    list.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let field = format!("writes[{i}]");
+            // A value of the wrong type (an int for a str, a lone surrogate) is bad input too.
+            action(py, &field, &w).map_err(|e| {
+                if e.is_instance_of::<crate::errors::InvalidInput>(py) {
+                    e
+                } else {
+                    bad(py, &field, &leaselock::render::text(&e.to_string()))
+                }
+            })
+        })
+        .collect()
 }

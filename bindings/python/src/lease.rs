@@ -6,8 +6,9 @@ use std::sync::Arc;
 use leaselock::{Clock, Hold, LeaseItem, SystemClock};
 use pyo3::prelude::*;
 
+use crate::args::Arg;
 use crate::session::SessionShared;
-use crate::{awaitable, errors, repr_opt, seconds_left, wait};
+use crate::{awaitable, repr_opt, seconds_left, wait};
 
 /// One stored lease item, as read.
 #[pyclass(module = "leaselock._native", name = "LeaseItem", frozen, get_all, eq)]
@@ -86,9 +87,9 @@ impl PyLease {
     }
 }
 
-/// A sequence number as core takes it; anything else is refused as `seq`.
-pub(crate) fn seq_arg(py: Python<'_>, seq: i128) -> PyResult<u64> {
-    u64::try_from(seq).map_err(|_| errors::invalid(py, "seq", &format!("seq {seq}: must be 0 to 2^64-1")))
+/// A sequence number as core takes it (0 to 2^64-1); anything else is refused as `seq`.
+pub(crate) fn seq_arg(py: Python<'_>, seq: Arg) -> PyResult<u64> {
+    seq.count(py, "seq")
 }
 
 #[pymethods]
@@ -144,7 +145,7 @@ impl PyLease {
     fn renew(&self, py: Python<'_>) -> PyResult<()> {
         wait(py, Self::renew_now(self.hold.clone(), self.session.clone()))
     }
-    fn checkpoint(&self, py: Python<'_>, seq: i128) -> PyResult<()> {
+    fn checkpoint(&self, py: Python<'_>, seq: Arg) -> PyResult<()> {
         let seq = seq_arg(py, seq)?;
         let hold = self.hold.clone();
         wait(py, async move { hold.checkpoint(seq).await })
@@ -157,7 +158,7 @@ impl PyLease {
     fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         awaitable(py, Self::renew_now(self.hold.clone(), self.session.clone()))
     }
-    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: i128) -> PyResult<Bound<'py, PyAny>> {
+    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: Arg) -> PyResult<Bound<'py, PyAny>> {
         let seq = seq_arg(py, seq)?;
         let hold = self.hold.clone();
         awaitable(py, async move { hold.checkpoint(seq).await })

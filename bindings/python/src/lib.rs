@@ -2,6 +2,7 @@
 //! only converts: arguments in, a core call, the result out. The public API is the pure-Python
 //! package `leaselock` around it.
 
+mod args;
 mod election;
 mod errors;
 mod fenced;
@@ -51,7 +52,8 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 /// it talks to, and this thread only waits for its end: one wake-up each way per call. (Polling
 /// it here with `block_on` would make every step of the exchange a cross-thread wake-up: about
 /// 15% more CPU per renewal, measured side by side.)
-pub(crate) fn detached<F>(py: Python<'_>, fut: F) -> F::Output
+/// A panic in the task ends as an `InternalError` (the last-resort guard), never in Python.
+pub(crate) fn detached<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -59,8 +61,9 @@ where
     py.detach(|| {
         let task = runtime().spawn(fut);
         match runtime().block_on(task) {
-            Ok(out) => out,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+            Ok(out) => Ok(out),
+            Err(e) if e.is_panic() => Err(errors::panicked(e.into_panic())),
+            Err(e) => Err(errors::machinery(e.to_string())),
         }
     })
 }
@@ -71,7 +74,7 @@ where
     F: Future<Output = leaselock::Result<T>> + Send + 'static,
     T: Send + 'static,
 {
-    detached(py, fut).map_err(|e| errors::to_py(py, e))
+    detached(py, fut)?.map_err(|e| errors::to_py(py, e))
 }
 
 /// `None` or the Python repr of a string.

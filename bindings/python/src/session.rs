@@ -12,6 +12,8 @@ use leaselock::keeper::Upkeep;
 use leaselock::{CancelReason, Clock, Error, Hold, LeaseStore, Session, SessionItem, SystemClock};
 use pyo3::prelude::*;
 
+use crate::args::Arg;
+
 use crate::lease::PyLease;
 use crate::{awaitable, seconds_left, wait};
 
@@ -169,7 +171,8 @@ impl PySession {
         let shared = self.shared.clone();
         wait(py, async move { shared.end().await })
     }
-    fn claim(&self, py: Python<'_>, id: String) -> PyResult<PyLease> {
+    fn claim(&self, py: Python<'_>, id: Arg) -> PyResult<PyLease> {
+        let id = id.text(py, "id")?;
         wait(py, self.shared.clone().claim(id))
     }
 
@@ -181,7 +184,8 @@ impl PySession {
         let shared = self.shared.clone();
         awaitable(py, async move { shared.end().await })
     }
-    fn claim_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
+    fn claim_async<'py>(&self, py: Python<'py>, id: Arg) -> PyResult<Bound<'py, PyAny>> {
+        let id = id.text(py, "id")?;
         let shared = self.shared.clone();
         awaitable(py, shared.claim(id))
     }

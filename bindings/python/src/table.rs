@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use leaselock::lease::claim_cutoff;
 use leaselock::{Attributes, Hold, LeaseMode, LeaseStore, LeaseTable, TableConfig};
 use pyo3::prelude::*;
 
-use crate::errors::{invalid, to_py};
+use crate::args::Arg;
+use crate::errors::{guarded, invalid, to_py, to_py_named};
 use crate::lease::{PyLease, PyLeaseItem};
 use crate::session::{self, PySessionItem};
 use crate::{awaitable, detached, wait};
@@ -25,7 +25,8 @@ pub struct PyLeaseTable {
 }
 
 /// `attributes={"owner": "holder", ...}` over the reference schema's names.
-fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<Attributes> {
+fn attributes_arg(py: Python<'_>, given: std::collections::BTreeMap<String, String>) -> PyResult<Attributes> {
+    use leaselock::render;
     let mut a = Attributes::default();
     for (field, name) in given {
         let slot = match field.as_str() {
@@ -40,8 +41,8 @@ fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<At
             _ => {
                 return Err(invalid(
                     py,
-                    &format!("attributes.{field}"),
-                    &format!("attributes.{field}: no such attribute"),
+                    "attributes",
+                    &format!("invalid attributes: {} is not an attribute (id, desired_state, url, owner, expires_at_ms, last_seq, fence, ttl)", render::value(&field)),
                 ))
             }
         };
@@ -50,26 +51,13 @@ fn attributes_arg(py: Python<'_>, given: HashMap<String, String>) -> PyResult<At
     Ok(a)
 }
 
+/// Core's config field names and the arguments the caller passed.
+const CONFIG_NAMES: &[(&str, &str)] =
+    &[("lease_duration", "lease_ms"), ("renew_interval", "renew_ms"), ("clock_skew", "clock_skew_ms")];
+
 /// A refused setting, named by the argument the caller passed.
 fn config_error(py: Python<'_>, e: leaselock::Error) -> PyErr {
-    match e {
-        leaselock::Error::InvalidInput { field, message } => {
-            let field = match field.as_str() {
-                "lease_duration" => "lease_ms",
-                "renew_interval" => "renew_ms",
-                "clock_skew" => "clock_skew_ms",
-                other => other,
-            };
-            invalid(py, field, &format!("invalid {field}: {message}"))
-        }
-        e => to_py(py, e),
-    }
-}
-
-fn ms(py: Python<'_>, field: &str, v: i64) -> PyResult<Duration> {
-    u64::try_from(v)
-        .map(Duration::from_millis)
-        .map_err(|_| invalid(py, field, &format!("{field} {v}: must not be negative")))
+    to_py_named(py, e, CONFIG_NAMES)
 }
 
 impl PyLeaseTable {
@@ -139,48 +127,54 @@ fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
 #[pymethods]
 impl PyLeaseTable {
     #[new]
-    #[pyo3(signature = (table_name, *, region=None, endpoint_url=None, lease_ms=20_000, renew_ms=5_000,
-        clock_skew_ms=1_000, key_prefix=String::new(), index_name=None, attributes=None, mode="item"))]
+    #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
+        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("item")))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        table_name: String,
-        region: Option<String>,
-        endpoint_url: Option<String>,
-        lease_ms: i64,
-        renew_ms: i64,
-        clock_skew_ms: i64,
-        key_prefix: String,
-        index_name: Option<String>,
-        attributes: Option<HashMap<String, String>>,
-        mode: &str,
+        table_name: Arg,
+        region: Arg,
+        endpoint_url: Arg,
+        lease_ms: Arg,
+        renew_ms: Arg,
+        clock_skew_ms: Arg,
+        key_prefix: Arg,
+        index_name: Arg,
+        attributes: Arg,
+        mode: Arg,
     ) -> PyResult<Self> {
-        let mode = match mode {
-            "item" => LeaseMode::PerItem,
-            "session" => LeaseMode::Session,
-            other => return Err(invalid(py, "mode", &format!("mode {other:?}: \"item\" or \"session\""))),
-        };
-        let mut config = TableConfig::new(table_name)
-            .mode(mode)
-            .lease_duration(ms(py, "lease_ms", lease_ms)?)
-            .renew_interval(ms(py, "renew_ms", renew_ms)?)
-            .clock_skew(ms(py, "clock_skew_ms", clock_skew_ms)?)
-            .key_prefix(key_prefix)
-            .attributes(attributes_arg(py, attributes.unwrap_or_default())?);
-        if let Some(index) = index_name {
-            config = config.index_name(index);
-        }
-        config.validate().map_err(|e| config_error(py, e))?;
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-        if let Some(r) = region {
-            loader = loader.region(aws_config::Region::new(r));
-        }
-        if let Some(e) = endpoint_url {
-            loader = loader.endpoint_url(e);
-        }
-        let sdk = detached(py, loader.load());
-        let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config).map_err(|e| to_py(py, e))?;
-        Ok(Self { table: Arc::new(table), sdk })
+        guarded(|| {
+            let mode = mode.text(py, "mode")?;
+            let mode = match mode.as_str() {
+                "item" => LeaseMode::PerItem,
+                "session" => LeaseMode::Session,
+                other => {
+                    let shown = leaselock::render::value(other);
+                    return Err(invalid(py, "mode", &format!("invalid mode: {shown} is not \"item\" or \"session\"")));
+                }
+            };
+            let mut config = TableConfig::new(table_name.text(py, "table_name")?)
+                .mode(mode)
+                .lease_duration(lease_ms.ms(py, "lease_ms")?)
+                .renew_interval(renew_ms.ms(py, "renew_ms")?)
+                .clock_skew(clock_skew_ms.ms(py, "clock_skew_ms")?)
+                .key_prefix(key_prefix.text(py, "key_prefix")?)
+                .attributes(attributes_arg(py, attributes.text_map(py, "attributes")?)?);
+            if let Some(index) = index_name.opt_text(py, "index_name")? {
+                config = config.index_name(index);
+            }
+            config.validate().map_err(|e| config_error(py, e))?;
+            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+            if let Some(r) = region.opt_text(py, "region")? {
+                loader = loader.region(aws_config::Region::new(r));
+            }
+            if let Some(e) = endpoint_url.opt_text(py, "endpoint_url")? {
+                loader = loader.endpoint_url(e);
+            }
+            let sdk = detached(py, loader.load())?;
+            let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config).map_err(|e| to_py(py, e))?;
+            Ok(Self { table: Arc::new(table), sdk })
+        })
     }
 
     #[getter]
@@ -212,27 +206,24 @@ impl PyLeaseTable {
         }
     }
 
-    #[pyo3(signature = (owner, *, previous_epoch=None))]
-    fn create_session(
-        &self,
-        py: Python<'_>,
-        owner: String,
-        previous_epoch: Option<u64>,
-    ) -> PyResult<session::PySession> {
+    #[pyo3(signature = (owner, *, previous_epoch=Arg::Absent))]
+    fn create_session(&self, py: Python<'_>, owner: Arg, previous_epoch: Arg) -> PyResult<session::PySession> {
         let store = self.session_store(py)?;
+        let (owner, previous_epoch) = (owner.text(py, "owner")?, previous_epoch.opt_count(py, "previous_epoch")?);
         wait(py, session::create(store, owner, previous_epoch))
     }
     fn sessions(&self, py: Python<'_>) -> PyResult<Vec<PySessionItem>> {
         wait(py, self.sessions_op(py)?)
     }
-    #[pyo3(signature = (owner, *, previous_epoch=None))]
+    #[pyo3(signature = (owner, *, previous_epoch=Arg::Absent))]
     fn create_session_async<'py>(
         &self,
         py: Python<'py>,
-        owner: String,
-        previous_epoch: Option<u64>,
+        owner: Arg,
+        previous_epoch: Arg,
     ) -> PyResult<Bound<'py, PyAny>> {
         let store = self.session_store(py)?;
+        let (owner, previous_epoch) = (owner.text(py, "owner")?, previous_epoch.opt_count(py, "previous_epoch")?);
         awaitable(py, session::create(store, owner, previous_epoch))
     }
     fn sessions_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -242,59 +233,59 @@ impl PyLeaseTable {
     fn create_table(&self, py: Python<'_>) -> PyResult<()> {
         wait(py, self.create_table_op())
     }
-    fn start(&self, py: Python<'_>, id: String, url: String) -> PyResult<PyLeaseItem> {
-        wait(py, self.start_op(id, url))
+    fn start(&self, py: Python<'_>, id: Arg, url: Arg) -> PyResult<PyLeaseItem> {
+        wait(py, self.start_op(id.text(py, "id")?, url.text(py, "url")?))
     }
-    fn stop(&self, py: Python<'_>, id: String) -> PyResult<PyLeaseItem> {
-        wait(py, self.stop_op(id))
+    fn stop(&self, py: Python<'_>, id: Arg) -> PyResult<PyLeaseItem> {
+        wait(py, self.stop_op(id.text(py, "id")?))
     }
-    fn acquire(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        wait(py, self.acquire_op(id, owner, false))
+    fn acquire(&self, py: Python<'_>, id: Arg, owner: Arg) -> PyResult<PyLease> {
+        wait(py, self.acquire_op(id.text(py, "id")?, owner.text(py, "owner")?, false))
     }
-    fn hold(&self, py: Python<'_>, id: String, owner: String) -> PyResult<PyLease> {
-        wait(py, self.acquire_op(id, owner, true))
+    fn hold(&self, py: Python<'_>, id: Arg, owner: Arg) -> PyResult<PyLease> {
+        wait(py, self.acquire_op(id.text(py, "id")?, owner.text(py, "owner")?, true))
     }
-    fn get(&self, py: Python<'_>, id: String) -> PyResult<Option<PyLeaseItem>> {
-        wait(py, self.get_op(id))
+    fn get(&self, py: Python<'_>, id: Arg) -> PyResult<Option<PyLeaseItem>> {
+        wait(py, self.get_op(id.text(py, "id")?))
     }
-    #[pyo3(signature = (limit=None))]
-    fn orphans(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyLeaseItem>> {
-        wait(py, self.orphans_op(limit))
+    #[pyo3(signature = (limit=Arg::Absent))]
+    fn orphans(&self, py: Python<'_>, limit: Arg) -> PyResult<Vec<PyLeaseItem>> {
+        wait(py, self.orphans_op(limit.opt_count(py, "limit")?))
     }
-    fn desired_states(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<HashMap<String, Option<String>>> {
-        wait(py, self.desired_states_op(ids))
+    fn desired_states(&self, py: Python<'_>, ids: Arg) -> PyResult<HashMap<String, Option<String>>> {
+        wait(py, self.desired_states_op(ids.text_list(py, "ids")?))
     }
-    fn owned_by(&self, py: Python<'_>, owner: String) -> PyResult<Vec<PyLeaseItem>> {
-        wait(py, self.owned_by_op(owner))
+    fn owned_by(&self, py: Python<'_>, owner: Arg) -> PyResult<Vec<PyLeaseItem>> {
+        wait(py, self.owned_by_op(owner.text(py, "owner")?))
     }
 
     fn create_table_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         awaitable(py, self.create_table_op())
     }
-    fn start_async<'py>(&self, py: Python<'py>, id: String, url: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.start_op(id, url))
+    fn start_async<'py>(&self, py: Python<'py>, id: Arg, url: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.start_op(id.text(py, "id")?, url.text(py, "url")?))
     }
-    fn stop_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.stop_op(id))
+    fn stop_async<'py>(&self, py: Python<'py>, id: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.stop_op(id.text(py, "id")?))
     }
-    fn acquire_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.acquire_op(id, owner, false))
+    fn acquire_async<'py>(&self, py: Python<'py>, id: Arg, owner: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.acquire_op(id.text(py, "id")?, owner.text(py, "owner")?, false))
     }
-    fn hold_async<'py>(&self, py: Python<'py>, id: String, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.acquire_op(id, owner, true))
+    fn hold_async<'py>(&self, py: Python<'py>, id: Arg, owner: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.acquire_op(id.text(py, "id")?, owner.text(py, "owner")?, true))
     }
-    fn get_async<'py>(&self, py: Python<'py>, id: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.get_op(id))
+    fn get_async<'py>(&self, py: Python<'py>, id: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.get_op(id.text(py, "id")?))
     }
-    #[pyo3(signature = (limit=None))]
-    fn orphans_async<'py>(&self, py: Python<'py>, limit: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.orphans_op(limit))
+    #[pyo3(signature = (limit=Arg::Absent))]
+    fn orphans_async<'py>(&self, py: Python<'py>, limit: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.orphans_op(limit.opt_count(py, "limit")?))
     }
-    fn desired_states_async<'py>(&self, py: Python<'py>, ids: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.desired_states_op(ids))
+    fn desired_states_async<'py>(&self, py: Python<'py>, ids: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.desired_states_op(ids.text_list(py, "ids")?))
     }
-    fn owned_by_async<'py>(&self, py: Python<'py>, owner: String) -> PyResult<Bound<'py, PyAny>> {
-        awaitable(py, self.owned_by_op(owner))
+    fn owned_by_async<'py>(&self, py: Python<'py>, owner: Arg) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.owned_by_op(owner.text(py, "owner")?))
     }
 }
 

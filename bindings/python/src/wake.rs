@@ -14,6 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::FutureExt;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyWeakrefReference;
@@ -149,10 +150,12 @@ where
     let py_fut = event_loop.call_method0(intern!(py, "create_future"))?;
     let fut_ref = py_fut.clone().unbind();
     crate::runtime().spawn(async move {
-        let result = fut.await;
+        // The last-resort guard: a panic resolves the future with an `InternalError`.
+        let result = std::panic::AssertUnwindSafe(fut).catch_unwind().await;
         let finish: Finish = Box::new(move |py| match result {
-            Ok(v) => v.into_py_any(py),
-            Err(e) => Err(errors::to_py(py, e)),
+            Ok(Ok(v)) => v.into_py_any(py),
+            Ok(Err(e)) => Err(errors::to_py(py, e)),
+            Err(panic) => Err(errors::panicked(panic)),
         });
         shared.push(Done { fut: fut_ref, finish });
     });

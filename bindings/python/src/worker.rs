@@ -9,7 +9,6 @@
 //! cancel) run on tokio's blocking pool, so waiting for the GIL stalls no renewal either.
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use leaselock::worker::{BoxError, WorkerSnapshot};
 use leaselock::{Clock, Connection, LeaseStore, SystemClock, Worker, WorkerHandle};
@@ -17,7 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 use tokio::sync::oneshot;
 
-use crate::errors::{invalid, to_py};
+use crate::args::Arg;
+use crate::errors::{guarded, invalid, to_py_named};
 use crate::lease::seq_arg;
 use crate::table::PyLeaseTable;
 use crate::{awaitable, fenced, repr_opt, seconds_left};
@@ -61,7 +61,7 @@ impl PyConnection {
         self.conn.cancel_reason().map(|r| r.as_str())
     }
 
-    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: i128) -> PyResult<Bound<'py, PyAny>> {
+    fn checkpoint_async<'py>(&self, py: Python<'py>, seq: Arg) -> PyResult<Bound<'py, PyAny>> {
         let seq = seq_arg(py, seq)?;
         let conn = self.conn.clone();
         awaitable(py, async move { conn.checkpoint(seq).await })
@@ -74,7 +74,7 @@ impl PyConnection {
     fn fenced_write_with_checkpoint_async<'py>(
         &self,
         py: Python<'py>,
-        seq: i128,
+        seq: Arg,
         writes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let seq = seq_arg(py, seq)?;
@@ -189,6 +189,15 @@ async fn run_handler(starter: Starter, client: aws_sdk_dynamodb::Client, conn: C
     }
 }
 
+/// Core's worker option names and the arguments the caller passed.
+const WORKER_NAMES: &[(&str, &str)] = &[
+    ("orphan_interval", "orphan_interval_ms"),
+    ("desired_state_interval", "desired_state_interval_ms"),
+    ("metrics_interval", "metrics_interval_ms"),
+    ("handler_grace", "handler_grace_ms"),
+    ("hint_wait", "hint_wait_ms"),
+];
+
 /// A lease worker driven by core's runtime.
 #[pyclass(module = "leaselock._native", name = "Worker", frozen)]
 pub struct PyWorker {
@@ -200,48 +209,56 @@ pub struct PyWorker {
 #[pymethods]
 impl PyWorker {
     #[new]
-    #[pyo3(signature = (table, *, queue_url=None, max_connections=700, worker_id=None, orphan_interval_ms=2_000,
-        desired_state_interval_ms=10_000, metrics_interval_ms=60_000, handler_grace_ms=5_000,
-        hint_wait_ms=5_000, metrics_namespace=None, balance=true))]
+    #[pyo3(signature = (table, *, queue_url=Arg::Absent, max_connections=Arg::Int(700), worker_id=Arg::Absent,
+        orphan_interval_ms=Arg::Int(2_000), desired_state_interval_ms=Arg::Int(10_000),
+        metrics_interval_ms=Arg::Int(60_000), handler_grace_ms=Arg::Int(5_000), hint_wait_ms=Arg::Int(5_000),
+        metrics_namespace=Arg::Absent, balance=Arg::Bool(true)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        table: &PyLeaseTable,
-        queue_url: Option<String>,
-        max_connections: usize,
-        worker_id: Option<String>,
-        orphan_interval_ms: u64,
-        desired_state_interval_ms: u64,
-        metrics_interval_ms: u64,
-        handler_grace_ms: u64,
-        hint_wait_ms: u64,
-        metrics_namespace: Option<String>,
-        balance: bool,
+        table: &Bound<'_, PyAny>,
+        queue_url: Arg,
+        max_connections: Arg,
+        worker_id: Arg,
+        orphan_interval_ms: Arg,
+        desired_state_interval_ms: Arg,
+        metrics_interval_ms: Arg,
+        handler_grace_ms: Arg,
+        hint_wait_ms: Arg,
+        metrics_namespace: Arg,
+        balance: Arg,
     ) -> PyResult<Self> {
-        let store: Arc<dyn LeaseStore> = table.table.clone();
-        let mut builder = Worker::builder(store)
-            .max_connections(max_connections)
-            .orphan_interval(Duration::from_millis(orphan_interval_ms))
-            .desired_state_interval(Duration::from_millis(desired_state_interval_ms))
-            .metrics_interval(Duration::from_millis(metrics_interval_ms))
-            .handler_grace(Duration::from_millis(handler_grace_ms))
-            .hint_wait(Duration::from_millis(hint_wait_ms))
-            .balance(balance);
-        if let Some(id) = worker_id {
-            builder = builder.worker_id(id);
-        }
-        if let Some(ns) = metrics_namespace {
-            builder = builder.metrics_namespace(ns);
-        }
-        if let Some(url) = queue_url {
-            builder = builder.hint_queue(aws_sdk_sqs::Client::new(&table.sdk), url);
-        }
-        let starter: Starter = Arc::default();
-        let client = table.table.client().clone();
-        let s = starter.clone();
-        let worker =
-            builder.build(move |conn| run_handler(s.clone(), client.clone(), conn)).map_err(|e| to_py(py, e))?;
-        Ok(Self { handle: worker.handle(), worker: Mutex::new(Some(worker)), starter })
+        guarded(|| {
+            let Ok(table) = table.cast::<PyLeaseTable>() else {
+                return Err(invalid(py, "table", "invalid table: must be a LeaseTable"));
+            };
+            let table = table.get();
+            let store: Arc<dyn LeaseStore> = table.table.clone();
+            let mut builder = Worker::builder(store)
+                .max_connections(max_connections.count(py, "max_connections")?)
+                .orphan_interval(orphan_interval_ms.ms(py, "orphan_interval_ms")?)
+                .desired_state_interval(desired_state_interval_ms.ms(py, "desired_state_interval_ms")?)
+                .metrics_interval(metrics_interval_ms.ms(py, "metrics_interval_ms")?)
+                .handler_grace(handler_grace_ms.ms(py, "handler_grace_ms")?)
+                .hint_wait(hint_wait_ms.ms(py, "hint_wait_ms")?)
+                .balance(balance.flag(py, "balance")?);
+            if let Some(id) = worker_id.opt_text(py, "worker_id")? {
+                builder = builder.worker_id(id);
+            }
+            if let Some(ns) = metrics_namespace.opt_text(py, "metrics_namespace")? {
+                builder = builder.metrics_namespace(ns);
+            }
+            if let Some(url) = queue_url.opt_text(py, "queue_url")? {
+                builder = builder.hint_queue(aws_sdk_sqs::Client::new(&table.sdk), url);
+            }
+            let starter: Starter = Arc::default();
+            let client = table.table.client().clone();
+            let s = starter.clone();
+            let worker = builder
+                .build(move |conn| run_handler(s.clone(), client.clone(), conn))
+                .map_err(|e| to_py_named(py, e, WORKER_NAMES))?;
+            Ok(Self { handle: worker.handle(), worker: Mutex::new(Some(worker)), starter })
+        })
     }
 
     #[getter]

@@ -8,24 +8,9 @@
 const os = require('node:os');
 const wasm = require('../pkg/leaselock_wasm.js');
 const { drive, sleep, clock } = require('./drive');
-const { LeaseHeldError, LeaseLostError, LeaseLockError, fromWasm, invalid } = require('./errors');
+const { LeaseHeldError, LeaseLostError, LeaseLockError, invalid } = require('./errors');
+const { call, json, text } = require('./args');
 const { LeaseTable } = require('./table');
-
-function call(fn) {
-  try {
-    return fn();
-  } catch (thrown) {
-    throw fromWasm(thrown);
-  }
-}
-
-function json(field, value) {
-  try {
-    return JSON.stringify(value);
-  } catch (e) {
-    throw invalid(field, e.message);
-  }
-}
 
 /** A unique owner per process: host, pid and a random tail (two electors in one process differ). */
 function defaultOwner() {
@@ -88,7 +73,7 @@ class LeaderElector {
 
   /** The key of the leader lease of `name` (`{keyPrefix}leader/{name}`). */
   leaderKey(name) {
-    return call(() => this.#rules.leaderKey(name));
+    return call(() => this.#rules.leaderKey(text('name', name)));
   }
 
   /**
@@ -98,7 +83,7 @@ class LeaderElector {
    */
   async runIfLeader(name, action, { signal } = {}) {
     checkAction(action);
-    const key = call(() => this.#rules.leaderKey(name));
+    const key = call(() => this.#rules.leaderKey(text('name', name)));
     const claimed = await this.#claimWithin(() => this.#claim(key, signal), this.#rules.waitMs, signal);
     return claimed.lease ? this.#hold(claimed, action, null, signal) : skipped(claimed.holder);
   }
@@ -106,7 +91,7 @@ class LeaderElector {
   /** Runs `action` only if this process gets one of the `slots` slots of the group `name`. */
   async runIfSlot(name, slots, action, { signal } = {}) {
     checkAction(action);
-    const key = call(() => this.#rules.groupKey(name));
+    const key = call(() => this.#rules.groupKey(text('name', name)));
     call(() => this.#rules.slotOrder(key, slots, 0));
     const claim = async () => {
       let held;
@@ -136,8 +121,8 @@ class LeaderElector {
   async runIfElected(name, candidate, strategy, action, { signal } = {}) {
     checkAction(action);
     const rules = this.#rules;
-    const election = call(() => rules.candidatesKey(name));
-    const key = call(() => rules.leaderKey(name));
+    const election = call(() => rules.candidatesKey(text('name', name)));
+    const key = call(() => rules.leaderKey(text('name', name)));
     const strategyJson = json('strategy', strategy);
     call(() => rules.checkStrategy(strategyJson));
     const entry = call(() => rules.candidate(json('candidate', candidate ?? {})));

@@ -110,6 +110,13 @@ class TableNotFoundError extends StoreError {
   }
 }
 
+/** A bug in leaselock: the wasm module trapped (a panic). No input should ever cause it. */
+class InternalError extends LeaseLockError {
+  constructor(message, options) {
+    super(message, 'Internal', options);
+  }
+}
+
 /** A worker's handler signal, aborted because the worker is shutting down. */
 class ShutdownError extends LeaseLockError {
   constructor(message) {
@@ -160,6 +167,10 @@ function fromWasm(thrown) {
   if (typeof thrown === 'string' && thrown.startsWith('{')) {
     return fromRust(JSON.parse(thrown));
   }
+  // The last-resort guard: a trap (a panic in Rust) is reported as a bug, not passed on raw.
+  if (thrown instanceof WebAssembly.RuntimeError) {
+    return new InternalError(`internal error (a bug in leaselock): ${thrown.message}`, { cause: thrown });
+  }
   return thrown;
 }
 
@@ -189,6 +200,7 @@ module.exports = {
   AccessDeniedError,
   TableNotFoundError,
   ShutdownError,
+  InternalError,
   fromRust,
   fromWasm,
   toRust,

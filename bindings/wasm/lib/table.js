@@ -4,42 +4,12 @@
 
 const wasm = require('../pkg/leaselock_wasm.js');
 const { drive, Serial } = require('./drive');
-const { LeaseLostError, fromWasm, invalid } = require('./errors');
+const { LeaseLostError, invalid } = require('./errors');
+const { call, count, json, text } = require('./args');
 const { Keeper } = require('./keeper');
 const { Session } = require('./session');
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
-
-/** Calls into wasm; an error it throws (JSON text) becomes its `Error` subclass. */
-function call(fn) {
-  try {
-    return fn();
-  } catch (thrown) {
-    throw fromWasm(thrown);
-  }
-}
-
-function text(field, value) {
-  if (typeof value !== 'string') {
-    throw invalid(field, `must be a string, got ${value === null ? 'null' : typeof value}`);
-  }
-  return value;
-}
-
-function json(field, value) {
-  try {
-    return JSON.stringify(value);
-  } catch (e) {
-    throw invalid(field, e.message);
-  }
-}
-
-function count(field, value) {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw invalid(field, `must be a whole number >= 0, got ${String(value)}`);
-  }
-  return value;
-}
 
 /** Lease operations on one DynamoDB table, through the caller's `DynamoDBClient`. */
 class LeaseTable {

@@ -14,6 +14,7 @@ const wasm = require('../pkg/leaselock_wasm.js');
 const { clock, sleep } = require('./drive');
 const { LeaseLostError, fromWasm, invalid, toRust } = require('./errors');
 const { Keeper, SessionHold } = require('./keeper');
+const { call, json } = require('./args');
 
 const CLAIMING = Symbol('claiming');
 /** The claim source of our own earlier epoch's work (not held back by the claim limit). */
@@ -153,11 +154,8 @@ class Worker {
       throw invalid('sqs', 'must be an SQSClient from @aws-sdk/client-sqs');
     }
     const workerId = rest.workerId ?? defaultWorkerId();
-    try {
-      this.#settings = JSON.parse(wasm.workerSettings(JSON.stringify({ ...rest, workerId, hints: sqs !== undefined })));
-    } catch (thrown) {
-      throw fromWasm(thrown);
-    }
+    const settings = json('options', { ...rest, workerId, hints: sqs !== undefined });
+    this.#settings = JSON.parse(call(() => wasm.workerSettings(settings)));
     this.#table = table;
     this.#sqs = sqs;
     this.#queueUrl = rest.queueUrl;

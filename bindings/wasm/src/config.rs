@@ -33,11 +33,9 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
     known_keys(&options, "", OPTIONS)?;
     let mode = match string(&options, "mode")? {
         None => LeaseMode::PerItem,
-        Some(m) => MODES
-            .iter()
-            .find(|(name, _)| *name == m)
-            .map(|(_, mode)| *mode)
-            .ok_or_else(|| invalid("mode", format!("{m:?} is not a lease mode (\"item\" or \"session\")")))?,
+        Some(m) => MODES.iter().find(|(name, _)| *name == m).map(|(_, mode)| *mode).ok_or_else(|| {
+            invalid("mode", format!("{} is not a lease mode (\"item\" or \"session\")", leaselock::render::value(&m)))
+        })?,
     };
     let table_name = string(&options, "tableName")?.ok_or_else(|| invalid("tableName", "required"))?;
     let mut config = TableConfig::new(table_name).mode(mode);
@@ -93,7 +91,7 @@ fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
     Error::invalid(field, msg)
 }
 
-fn object(field: &str, value: Value) -> Result<Map<String, Value>> {
+pub(crate) fn object(field: &str, value: Value) -> Result<Map<String, Value>> {
     match value {
         Value::Object(map) => Ok(map),
         Value::Null => Ok(Map::new()),
@@ -101,15 +99,20 @@ fn object(field: &str, value: Value) -> Result<Map<String, Value>> {
     }
 }
 
-fn known_keys(map: &Map<String, Value>, prefix: &str, known: &[&str]) -> Result<()> {
+pub(crate) fn known_keys(map: &Map<String, Value>, prefix: &str, known: &[&str]) -> Result<()> {
     match map.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(invalid(&format!("{prefix}{k}"), format!("unknown option (known: {})", known.join(", ")))),
+        Some(k) => {
+            let field =
+                if prefix.is_empty() { "options".to_string() } else { prefix.trim_end_matches('.').to_string() };
+            let shown = leaselock::render::value(k);
+            Err(invalid(&field, format!("{shown} is not an option (known: {})", known.join(", "))))
+        }
         None => Ok(()),
     }
 }
 
 /// An optional string option (`undefined` and `null` mean "not given").
-fn string(map: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+pub(crate) fn string(map: &Map<String, Value>, key: &str) -> Result<Option<String>> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -118,13 +121,12 @@ fn string(map: &Map<String, Value>, key: &str) -> Result<Option<String>> {
 }
 
 /// An optional duration in whole milliseconds.
-fn millis(map: &Map<String, Value>, key: &str) -> Result<Option<Duration>> {
+pub(crate) fn millis(map: &Map<String, Value>, key: &str) -> Result<Option<Duration>> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(|ms| Some(Duration::from_millis(ms)))
-            .ok_or_else(|| invalid(key, format!("{v} is not a whole number of milliseconds"))),
+        Some(v) => v.as_u64().map(|ms| Some(Duration::from_millis(ms))).ok_or_else(|| {
+            invalid(key, format!("{} is not a whole number of milliseconds", leaselock::render::value(&v.to_string())))
+        }),
     }
 }
 
@@ -140,6 +142,12 @@ pub fn js_field(rust: &str) -> String {
         ("lease_duration", "leaseMs"),
         ("renew_interval", "renewMs"),
         ("clock_skew", "clockSkewMs"),
+        ("wait", "waitMs"),
+        ("min_lease", "minLeaseMs"),
+        ("retry_delay", "retryDelayMs"),
+        ("term", "termMs"),
+        ("candidate_ttl", "candidateTtlMs"),
+        ("queue_url", "queueUrl"),
     ];
     if let Some((_, js)) = known.iter().find(|(r, _)| *r == rust) {
         return js.to_string();
@@ -187,7 +195,12 @@ mod tests {
         assert_eq!(table_config(r#"{"tableName":"leases","mode":"session"}"#).unwrap().mode, LeaseMode::Session);
         assert_eq!(table_config(r#"{"tableName":"leases","mode":"item"}"#).unwrap().mode, LeaseMode::PerItem);
         assert!(table_config(r#"{"tableName":"leases","mode":"sessions"}"#).unwrap_err().to_string().contains("mode"));
-        assert!(table_config(r#"{"tableName":"leases","leseMs":1}"#).unwrap_err().to_string().contains("leseMs"));
+        assert!(table_config(r#"{"tableName":"leases","leseMs":1}"#).unwrap_err().to_string().contains("\"leseMs\""));
+        assert!(matches!(
+            table_config(r#"{"tableName":"leases","a\u001bb":1}"#),
+            Err(Error::InvalidInput { field, message }) if field == "options" && message.contains(r"\u{1b}")
+        ));
+        assert_eq!(js_field("retry_delay"), "retryDelayMs");
         assert!(table_config(r#"{"tableName":"leases","leaseMs":"1"}"#).unwrap_err().to_string().contains("leaseMs"));
         let bad_attr = r#"{"tableName":"leases","attributeNames":{"fence":7}}"#;
         assert!(table_config(bad_attr).unwrap_err().to_string().contains("attributeNames.fence"));

@@ -4,7 +4,6 @@
 //! order, strategy picks, term boundaries, renewal schedule, minimum lease.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use leaselock::election::{decide, Candidate, ElectionOptions, Strategy, Timing};
 use leaselock::protocol::{ListCandidates, RegisterCandidate, WithdrawCandidate};
@@ -99,25 +98,30 @@ impl Table {
     }
 }
 
-/// `new LeaderElector(...)`'s options as JSON (camelCase, milliseconds).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// `new LeaderElector(...)`'s options, parsed (camelCase, milliseconds); each error names the
+/// option the caller wrote.
 struct Options {
     owner: String,
-    #[serde(default)]
-    wait_ms: u64,
-    #[serde(default)]
-    min_lease_ms: u64,
-    #[serde(default)]
-    key_prefix: String,
-    #[serde(default = "default_retry_ms")]
-    retry_delay_ms: u64,
-    term_ms: Option<u64>,
-    candidate_ttl_ms: Option<u64>,
+    options: ElectionOptions,
 }
 
-fn default_retry_ms() -> u64 {
-    ElectionOptions::default().retry_delay.as_millis() as u64
+const OPTIONS: &[&str] = &["owner", "waitMs", "minLeaseMs", "keyPrefix", "retryDelayMs", "termMs", "candidateTtlMs"];
+
+fn options(json: &str) -> Result<Options> {
+    use crate::config::{known_keys, millis, object, string};
+    let map = object("options", serde_json::from_str(json).map_err(|e| Error::invalid("options", e))?)?;
+    known_keys(&map, "", OPTIONS)?;
+    let owner = string(&map, "owner")?.ok_or_else(|| Error::invalid("owner", "required"))?;
+    let d = ElectionOptions::default();
+    let options = ElectionOptions {
+        wait: millis(&map, "waitMs")?.unwrap_or(d.wait),
+        min_lease: millis(&map, "minLeaseMs")?.unwrap_or(d.min_lease),
+        key_prefix: string(&map, "keyPrefix")?.unwrap_or_default(),
+        retry_delay: millis(&map, "retryDelayMs")?.unwrap_or(d.retry_delay),
+        term: millis(&map, "termMs")?,
+        candidate_ttl: millis(&map, "candidateTtlMs")?,
+    };
+    Ok(Options { owner, options })
 }
 
 /// An elector's validated options and the decisions it follows.
@@ -133,16 +137,8 @@ impl ElectionRules {
     /// Validates `new LeaderElector(...)`'s options (JSON) for claims on `table`.
     #[wasm_bindgen(constructor)]
     pub fn new(options_json: &str, table: &Table) -> std::result::Result<ElectionRules, JsValue> {
-        let o: Options = parse("options", options_json)?;
-        let ms = Duration::from_millis;
-        let options = ElectionOptions {
-            wait: ms(o.wait_ms),
-            min_lease: ms(o.min_lease_ms),
-            key_prefix: o.key_prefix,
-            retry_delay: ms(o.retry_delay_ms),
-            term: o.term_ms.map(ms),
-            candidate_ttl: o.candidate_ttl_ms.map(ms),
-        };
+        let o = options(options_json).map_err(|e| throw(&e))?;
+        let options = o.options;
         options.validate(&o.owner).map_err(|e| throw(&e))?;
         let c = &table.config;
         let timing = Timing { lease: c.lease_duration, renew: c.renew_interval, skew: c.clock_skew };
@@ -206,11 +202,14 @@ impl ElectionRules {
 
     /// The slot lease ids of the group `key` in the order to try them; throws for 0 slots.
     #[wasm_bindgen(js_name = slotOrder)]
-    pub fn slot_order(&self, key: &str, slots: f64, random: f64) -> std::result::Result<Vec<String>, JsValue> {
-        if !(slots >= 1.0 && slots <= u32::MAX as f64 && slots.fract() == 0.0) {
-            return Err(throw(&Error::invalid("slots", "must be a whole number of at least 1")));
-        }
-        Ok(decide::slot_order(slots as u32, random).into_iter().map(|i| leaselock::election::slot_id(key, i)).collect())
+    pub fn slot_order(&self, key: &str, slots: JsValue, random: f64) -> std::result::Result<Vec<String>, JsValue> {
+        // A number only: "2", true or [2] are refused, not coerced.
+        let whole = slots.as_f64().filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= u64::MAX as f64);
+        let Some(n) = whole else {
+            return Err(throw(&Error::invalid("slots", "must be a whole number")));
+        };
+        let slots = leaselock::election::slots_from(n as u64).map_err(|e| throw(&e))?;
+        Ok(decide::slot_order(slots, random).into_iter().map(|i| leaselock::election::slot_id(key, i)).collect())
     }
 
     /// Checks a strategy (JSON); throws InvalidInput (field `strategy`).
@@ -224,6 +223,7 @@ impl ElectionRules {
     #[wasm_bindgen(js_name = candidate)]
     pub fn candidate(&self, candidate_json: &str) -> std::result::Result<String, JsValue> {
         let c = JsCandidate { id: self.owner.clone(), ..parse::<JsCandidate>("candidate", candidate_json)? };
+        Candidate::from(c.clone()).validate().map_err(|e| throw(&e))?;
         Ok(text(c))
     }
 

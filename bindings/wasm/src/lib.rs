@@ -269,6 +269,19 @@ impl Table {
 }
 
 /// `interval_ms` moved by up to ±20 % (`random` in `[0, 1)`), so a fleet does not poll in step.
+/// A value as an error quotes it (`leaselock::render::value`): quoted, escaped, bounded.
+#[wasm_bindgen(js_name = renderValue)]
+pub fn render_value(s: &str) -> String {
+    leaselock::render::value(s)
+}
+
+/// A value that may hold lone surrogates as an error quotes it (`leaselock::render::utf16_value`):
+/// `head` is its first UTF-16 code units, `total_bytes` its whole length in bytes.
+#[wasm_bindgen(js_name = renderUtf16)]
+pub fn render_utf16(head: &[u16], total_bytes: f64) -> String {
+    leaselock::render::utf16_value(head, total_bytes as usize)
+}
+
 #[wasm_bindgen(js_name = jitteredMs)]
 pub fn jittered_ms(interval_ms: f64, random: f64) -> f64 {
     decide::jittered_ms(interval_ms as u64, random) as f64

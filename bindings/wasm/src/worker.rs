@@ -56,15 +56,16 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     let v: Value = serde_json::from_str(json).map_err(|e| invalid("options", e))?;
     let map = v.as_object().ok_or_else(|| invalid("options", "must be an object"))?;
     if let Some(k) = map.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
-        return Err(invalid(k, format!("unknown option (known: {})", SETTINGS[..SETTINGS.len() - 1].join(", "))));
+        let known = SETTINGS[..SETTINGS.len() - 1].join(", ");
+        return Err(invalid("options", format!("{} is not an option (known: {known})", leaselock::render::value(k))));
     }
     let num = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
         match map.get(key) {
             None | Some(Value::Null) => Ok(default),
-            Some(v) => v
-                .as_u64()
-                .filter(|n| *n >= min)
-                .ok_or_else(|| invalid(key, format!("{v} is not a whole number of at least {min}"))),
+            Some(v) => v.as_u64().filter(|n| *n >= min).ok_or_else(|| {
+                let shown = leaselock::render::value(&v.to_string());
+                invalid(key, format!("{shown} is not a whole number of at least {min}"))
+            }),
         }
     };
     let worker_id =
@@ -78,9 +79,9 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     };
     match map.get("queueUrl") {
         None | Some(Value::Null) if hints => return Err(invalid("queueUrl", "required with sqs")),
-        Some(Value::String(url)) if url.is_empty() => return Err(invalid("queueUrl", "must not be empty")),
         Some(Value::String(_)) if !hints => return Err(invalid("sqs", "an SQSClient is required with queueUrl")),
-        None | Some(Value::Null | Value::String(_)) => {}
+        Some(Value::String(url)) => leaselock::config::validate_queue_url(url)?,
+        None | Some(Value::Null) => {}
         Some(_) => return Err(invalid("queueUrl", "must be a string")),
     }
     let settings = Settings {
@@ -98,7 +99,18 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
     };
     let max_wait = ms(decide::MAX_HINT_WAIT);
     if settings.hint_wait_ms > max_wait {
-        return Err(invalid("hintWaitMs", format!("at most {max_wait}")));
+        return Err(invalid("hintWaitMs", format!("{} ms is too long: at most {max_wait} ms", settings.hint_wait_ms)));
+    }
+    let limit = decide::MAX_CONNECTIONS_LIMIT as u64;
+    if settings.max_connections > limit {
+        return Err(invalid("maxConnections", format!("{} is out of range: 1 to {limit}", settings.max_connections)));
+    }
+    for (field, v) in [
+        ("orphanIntervalMs", settings.orphan_interval_ms),
+        ("desiredStateIntervalMs", settings.desired_state_interval_ms),
+        ("handlerGraceMs", settings.handler_grace_ms),
+    ] {
+        leaselock::config::validate_duration(field, std::time::Duration::from_millis(v))?;
     }
     Ok(settings)
 }
@@ -208,7 +220,13 @@ mod tests {
         assert!(err(r#"{"workerId":"w1","maxConnections":0}"#).contains("maxConnections"));
         assert!(err(r#"{"workerId":""}"#).contains("workerId"));
         assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
-        assert!(err(r#"{"workerId":"w","hintWaitMs":21000,"hints":true,"queueUrl":"q"}"#).contains("hintWaitMs"));
+        let q = r#""queueUrl":"https://sqs.us-east-1.amazonaws.com/123456789012/hints""#;
+        assert!(err(&format!(r#"{{"workerId":"w","hintWaitMs":21000,"hints":true,{q}}}"#)).contains("hintWaitMs"));
+        assert!(
+            err(r#"{"workerId":"w","hints":true,"queueUrl":"file:///etc/passwd"}"#).starts_with("invalid queue_url")
+        );
+        assert!(err(r#"{"workerId":"w","maxConnections":100001}"#).contains("maxConnections"));
+        assert!(err(r#"{"workerId":"w","orphanIntervalMs":1e15}"#).contains("orphanIntervalMs"));
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
         assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
         assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);

@@ -172,9 +172,7 @@ impl LeaderElector {
         Fut: Future<Output = T>,
     {
         validate_id("name", name)?;
-        if slots == 0 {
-            return Err(Error::invalid("slots", "must be at least 1"));
-        }
+        super::validate_slots(slots)?;
         let key = self.group_key(name);
         match self.claim_within(|| self.backend.claim_slot(&key, slots, &self.owner), self.options.wait).await? {
             Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
@@ -198,8 +196,10 @@ impl LeaderElector {
         Fut: Future<Output = T>,
     {
         validate_id("name", name)?;
-        let timing = self.backend.timing();
+        strategy.validate()?;
         let candidate = Candidate { id: self.owner.clone(), ..candidate };
+        candidate.validate()?;
+        let timing = self.backend.timing();
         let election = self.candidates_key(name);
         let ttl = self.options.candidate_ttl.unwrap_or(timing.lease);
         self.backend.register(&election, &candidate, ttl).await?;

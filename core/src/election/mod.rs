@@ -129,6 +129,59 @@ pub trait ElectionBackend: Send + Sync {
     async fn candidates(&self, election: &str) -> Result<Vec<Candidate>>;
 }
 
+/// The most slots a group election may have: every claim may try each of them in turn.
+pub const MAX_SLOTS: u32 = 1_000;
+
+/// Refuses a slot count outside 1 to [`MAX_SLOTS`].
+pub fn validate_slots(slots: u32) -> crate::Result<()> {
+    if !(1..=MAX_SLOTS).contains(&slots) {
+        return Err(crate::Error::invalid("slots", format!("{slots} is out of range: 1 to {MAX_SLOTS}")));
+    }
+    Ok(())
+}
+
+/// A slot count as a binding received it (any whole number), checked and narrowed.
+pub fn slots_from(slots: u64) -> crate::Result<u32> {
+    let n = u32::try_from(slots).unwrap_or(u32::MAX);
+    if n as u64 != slots || !(1..=MAX_SLOTS).contains(&n) {
+        return Err(crate::Error::invalid("slots", format!("{slots} is out of range: 1 to {MAX_SLOTS}")));
+    }
+    Ok(n)
+}
+
+/// The most metadata entries a candidate registers, and their sizes in bytes.
+pub const MAX_METADATA_ENTRIES: usize = 64;
+pub const MAX_METADATA_KEY_BYTES: usize = 128;
+pub const MAX_METADATA_VALUE_BYTES: usize = 1024;
+
+impl Candidate {
+    /// Checks what a registration writes: the id rule, finite score and load, bounded metadata
+    /// without control or invisible format characters.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::config::{validate_id, validate_text};
+        validate_id("candidate.id", &self.id)?;
+        for (field, v) in [("candidate.score", self.score), ("candidate.load", self.load)] {
+            if !v.is_finite() {
+                return Err(crate::Error::invalid(field, format!("{v} is not a finite number")));
+            }
+        }
+        if self.metadata.len() > MAX_METADATA_ENTRIES {
+            return Err(crate::Error::invalid(
+                "candidate.metadata",
+                format!("{} entries, at most {MAX_METADATA_ENTRIES} allowed", self.metadata.len()),
+            ));
+        }
+        for (key, value) in &self.metadata {
+            if key.is_empty() {
+                return Err(crate::Error::invalid("candidate.metadata", "a key must not be empty"));
+            }
+            validate_text("candidate.metadata", key, MAX_METADATA_KEY_BYTES)?;
+            validate_text("candidate.metadata", value, MAX_METADATA_VALUE_BYTES)?;
+        }
+        Ok(())
+    }
+}
+
 /// The stored id of a group slot lease (`{group}#slot-{i}`), and back.
 pub fn slot_id(group: &str, slot: u32) -> String {
     format!("{group}#slot-{slot}")
@@ -137,4 +190,31 @@ pub fn slot_id(group: &str, slot: u32) -> String {
 /// The slot number of a slot lease id.
 pub fn slot_of(id: &str) -> Option<u32> {
     id.rsplit_once("#slot-").and_then(|(_, n)| n.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_counts_and_candidates_are_bounded() {
+        let field = |r: crate::Result<()>| match r {
+            Err(crate::Error::InvalidInput { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        validate_slots(1).unwrap();
+        assert_eq!(slots_from(7).unwrap(), 7);
+        assert_eq!(field(slots_from(1 << 33).map(drop)), "slots");
+        validate_slots(MAX_SLOTS).unwrap();
+        for bad in [0, MAX_SLOTS + 1, u32::MAX] {
+            assert_eq!(field(validate_slots(bad)), "slots");
+        }
+        Candidate::new("a", 1.0).meta("zone", "eu-1").validate().unwrap();
+        assert_eq!(field(Candidate::new("a", f64::INFINITY).validate()), "candidate.score");
+        assert_eq!(field(Candidate::new("a", 1.0).load(f64::NAN).validate()), "candidate.load");
+        assert_eq!(field(Candidate::new("a", 1.0).meta("k\u{1b}", "v").validate()), "candidate.metadata");
+        assert_eq!(field(Candidate::new("a", 1.0).meta("k", "v".repeat(5000)).validate()), "candidate.metadata");
+        assert_eq!(field(Strategy::PreferredNode("b\0".into()).validate()), "strategy");
+        Strategy::PreferredNode("b".into()).validate().unwrap();
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::validate_id;
+use crate::config::{validate_duration, validate_id, validate_key_prefix};
 use crate::{Error, Result};
 
 /// How an elector claims and holds. Every field has a builder method.
@@ -74,6 +74,14 @@ impl ElectionOptions {
     /// Checks the options and the owner an elector claims as.
     pub fn validate(&self, owner: &str) -> Result<()> {
         validate_id("owner", owner)?;
+        validate_key_prefix("key_prefix", &self.key_prefix)?;
+        let optional = [("term", self.term), ("candidate_ttl", self.candidate_ttl)];
+        for (field, d) in [("wait", self.wait), ("min_lease", self.min_lease), ("retry_delay", self.retry_delay)]
+            .into_iter()
+            .chain(optional.into_iter().filter_map(|(f, d)| d.map(|d| (f, d))))
+        {
+            validate_duration(field, d)?;
+        }
         if self.retry_delay.is_zero() {
             return Err(Error::invalid("retry_delay", "must be greater than zero"));
         }
@@ -84,5 +92,32 @@ impl ElectionOptions {
             return Err(Error::invalid("candidate_ttl", "must be greater than zero"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_key_prefix_and_timings_are_checked_at_construction() {
+        let o = ElectionOptions::default;
+        o().validate("host-a").unwrap();
+        assert_eq!(field(o().key_prefix("app\r\n").validate("host-a")), "key_prefix");
+        assert_eq!(field(o().key_prefix("p".repeat(513)).validate("host-a")), "key_prefix");
+        let huge = Duration::from_millis(u64::MAX);
+        assert_eq!(field(o().wait(huge).validate("host-a")), "wait");
+        assert_eq!(field(o().min_lease(huge).validate("host-a")), "min_lease");
+        assert_eq!(field(o().retry_delay(huge).validate("host-a")), "retry_delay");
+        assert_eq!(field(o().term(huge).validate("host-a")), "term");
+        assert_eq!(field(o().candidate_ttl(huge).validate("host-a")), "candidate_ttl");
+        o().wait(crate::config::MAX_DURATION).validate("host-a").unwrap();
     }
 }

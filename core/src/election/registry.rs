@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::decide::is_live;
 use super::Candidate;
-use crate::config::validate_id;
 use crate::{Clock, Result};
 
 /// Registers, refreshes, withdraws and lists the candidates of named elections.
@@ -36,7 +35,7 @@ impl MemoryRegistry {
 #[async_trait::async_trait]
 impl CandidateRegistry for MemoryRegistry {
     async fn register(&self, election: &str, candidate: &Candidate, ttl: Duration) -> Result<()> {
-        validate_id("candidate.id", &candidate.id)?;
+        candidate.validate()?;
         let entry = Candidate { expires_at_ms: self.clock.now_ms() + ttl.as_millis() as u64, ..candidate.clone() };
         let mut all = self.elections.lock().expect("registry poisoned");
         all.entry(election.to_string()).or_default().insert(candidate.id.clone(), entry);

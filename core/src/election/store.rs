@@ -40,9 +40,7 @@ impl<S: LeaseStore, R: CandidateRegistry> ElectionBackend for StoreElection<S, R
     }
 
     async fn claim_slot(&self, key: &str, slots: u32, owner: &str) -> Result<Lease> {
-        if slots == 0 {
-            return Err(Error::invalid("slots", "must be at least 1"));
-        }
+        super::validate_slots(slots)?;
         let mut held = None;
         for slot in decide::slot_order(slots, rand::random::<f64>()) {
             match self.store.acquire(&slot_id(key, slot), owner).await {

@@ -14,6 +14,14 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Checks a preferred candidate's id (the id rule), naming the `strategy` option.
+    pub fn validate(&self) -> crate::Result<()> {
+        match self {
+            Strategy::PreferredNode(id) => crate::config::validate_id("strategy", id),
+            Strategy::HighestScore | Strategy::LeastLoaded => Ok(()),
+        }
+    }
+
     /// The id of the candidate this strategy picks, `None` when there is none.
     pub fn pick<'a>(&self, candidates: &'a [Candidate]) -> Option<&'a str> {
         let by_id = |a: &&Candidate, b: &&Candidate| b.id.cmp(&a.id);

@@ -137,14 +137,6 @@ pub fn prune_request(config: &TableConfig, election: &str, stale: &[(String, u64
     registry_update(config, election, format!("REMOVE {}", paths.join(", ")), checks.join(" AND "), names, values)
 }
 
-fn validate_candidate(candidate: &Candidate) -> crate::Result<()> {
-    validate_id("candidate.id", &candidate.id)?;
-    if !candidate.score.is_finite() || !candidate.load.is_finite() {
-        return Err(Error::invalid("candidate", "score and load must be finite numbers"));
-    }
-    Ok(())
-}
-
 /// Which write a registration sends next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Write {
@@ -170,7 +162,7 @@ pub struct RegisterCandidate {
 impl RegisterCandidate {
     pub fn new(config: &TableConfig, election: &str, candidate: &Candidate, ttl_ms: u64) -> crate::Result<Self> {
         validate_id("election", election)?;
-        validate_candidate(candidate)?;
+        candidate.validate()?;
         if ttl_ms == 0 {
             return Err(Error::invalid("candidate_ttl", "must be greater than zero"));
         }
@@ -530,7 +522,7 @@ mod tests {
             Err(Error::InvalidInput { field, .. }) => field,
             other => panic!("{other:?}"),
         };
-        assert_eq!(field(RegisterCandidate::new(&cfg(), "candidates/jobs", &c, 1_000)), "candidate");
+        assert_eq!(field(RegisterCandidate::new(&cfg(), "candidates/jobs", &c, 1_000)), "candidate.score");
         assert_eq!(
             field(RegisterCandidate::new(&cfg(), "candidates/jobs", &Candidate::new("", 1.0), 1_000)),
             "candidate.id"

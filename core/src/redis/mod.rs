@@ -98,6 +98,10 @@ impl RedisOptions {
 
     /// The same timing rules as a lease table's.
     pub fn validate(&self) -> Result<()> {
+        for (field, d) in [("lease", self.lease), ("renew", self.renew), ("skew", self.skew)] {
+            crate::config::validate_duration(field, d)?;
+        }
+        crate::config::validate_key_prefix("key_prefix", &self.key_prefix)?;
         if self.skew.is_zero() {
             return Err(Error::invalid("skew", "must be greater than zero"));
         }
@@ -525,9 +529,7 @@ impl ElectionBackend for RedisElection {
 
     async fn claim_slot(&self, key: &str, slots: u32, owner: &str) -> Result<Lease> {
         crate::config::validate_id("owner", owner)?;
-        if slots == 0 {
-            return Err(Error::invalid("slots", "must be at least 1"));
-        }
+        crate::election::validate_slots(slots)?;
         let sent = self.clock.monotonic_ms();
         let keys = [self.key(key), self.key(&format!("{key}:fence"))];
         let args = [owner.to_string(), slots.to_string(), self.timing().lease_ms().to_string()];
@@ -573,7 +575,7 @@ impl ElectionBackend for RedisElection {
     }
 
     async fn register(&self, election: &str, candidate: &Candidate, ttl: Duration) -> Result<()> {
-        crate::config::validate_id("candidate.id", &candidate.id)?;
+        candidate.validate()?;
         let json = serde_json::to_string(candidate).map_err(|e| Error::invalid("candidate", e))?;
         let args = [candidate.id.clone(), (ttl.as_millis() as u64).to_string(), json];
         self.run(&self.scripts.register, &[self.key(election)], &args, true).await.map(|_| ())

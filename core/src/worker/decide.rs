@@ -67,6 +67,8 @@ pub fn releases_after_handler(reason: Option<CancelReason>, session_mode: bool) 
 
 /// The design's defaults for a worker (every driver uses these).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 700;
+/// The most connections one worker may be set to hold.
+pub const MAX_CONNECTIONS_LIMIT: usize = 100_000;
 pub const DEFAULT_ORPHAN_INTERVAL: Duration = Duration::from_secs(2);
 pub const DEFAULT_DESIRED_STATE_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);

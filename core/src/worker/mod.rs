@@ -58,10 +58,10 @@ pub use clock::TokioClock;
 pub use connection::Connection;
 pub use decide::{
     CancelReason, DEFAULT_DESIRED_STATE_INTERVAL, DEFAULT_HANDLER_GRACE, DEFAULT_HINT_WAIT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_HINT_WAIT, POLL_ANSWER_MARGIN,
+    DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_CONNECTIONS_LIMIT, MAX_HINT_WAIT, POLL_ANSWER_MARGIN,
 };
 
-use crate::config::validate_id;
+use crate::config::{validate_duration, validate_id, validate_queue_url, validate_text};
 use crate::{Error, LeaseMode, LeaseStore, Result, Session, SessionLoad};
 use connection::Held;
 use decide::{claim_failure, claim_outlived_session, counts_in_load, is_fleet_work, moves_with_session, ClaimFailure};
@@ -186,20 +186,33 @@ impl WorkerBuilder {
             h.wait = self.hint_wait;
         }
         let s = &self.settings;
-        let invalid = |field: &str, msg: &str| Err(Error::invalid(field, msg));
-        if s.max_connections == 0 {
-            return invalid("max_connections", "must be at least 1");
+        let invalid = |field: &str, msg: String| Err(Error::invalid(field, msg));
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&s.max_connections) {
+            return invalid(
+                "max_connections",
+                format!("{} is out of range: 1 to {MAX_CONNECTIONS_LIMIT}", s.max_connections),
+            );
         }
-        if s.orphan_interval.is_zero() || s.desired_state_interval.is_zero() || s.metrics_interval.is_zero() {
-            return invalid("orphan_interval, desired_state_interval, metrics_interval", "must be greater than zero");
+        for (field, d) in [
+            ("orphan_interval", s.orphan_interval),
+            ("desired_state_interval", s.desired_state_interval),
+            ("metrics_interval", s.metrics_interval),
+            ("handler_grace", s.handler_grace),
+        ] {
+            validate_duration(field, d)?;
+            if d.is_zero() && field != "handler_grace" {
+                return invalid(field, "must be greater than zero".into());
+            }
+        }
+        if self.hint_wait > MAX_HINT_WAIT {
+            return invalid("hint_wait", format!("{} ms is too long: at most 20000 ms", self.hint_wait.as_millis()));
         }
         if let Some(h) = &self.hints {
-            if h.wait > MAX_HINT_WAIT {
-                return invalid("hint_wait", "at most 20 s");
-            }
-            if h.queue_url.is_empty() {
-                return invalid("hint queue_url", "must not be empty");
-            }
+            validate_queue_url(&h.queue_url)?;
+        }
+        validate_text("metrics_namespace", &self.metrics_namespace, 255)?;
+        if self.metrics_namespace.is_empty() {
+            return invalid("metrics_namespace", "must not be empty".into());
         }
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
         validate_id("worker_id", &worker_id)?;
@@ -880,8 +893,39 @@ mod tests {
         let sdk =
             aws_sdk_sqs::Config::builder().behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest()).build();
         let sqs = aws_sdk_sqs::Client::from_conf(sdk);
-        let long = Worker::builder(store()).hint_wait(Duration::from_secs(21)).hint_queue(sqs, "https://q.example/1");
+        let long = Worker::builder(store())
+            .hint_wait(Duration::from_secs(21))
+            .hint_queue(sqs, "https://q.example/123456789012/hints");
         assert!(err(long).contains("hint_wait"));
+    }
+
+    #[test]
+    fn limits_are_refused_before_anything_is_allocated() {
+        let field = |b: WorkerBuilder| match build(b) {
+            Err(Error::InvalidInput { field, message }) => {
+                assert!(message.len() < 200 && !message.contains('\n'), "{message}");
+                field
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("accepted"),
+        };
+        // 2^61 once panicked in the semaphore; the limit is refused with the option's name.
+        assert_eq!(field(Worker::builder(store()).max_connections(1 << 61)), "max_connections");
+        assert_eq!(field(Worker::builder(store()).max_connections(MAX_CONNECTIONS_LIMIT + 1)), "max_connections");
+        build(Worker::builder(store()).max_connections(MAX_CONNECTIONS_LIMIT)).unwrap();
+        let huge = Duration::from_millis(u64::MAX);
+        assert_eq!(field(Worker::builder(store()).orphan_interval(huge)), "orphan_interval");
+        assert_eq!(field(Worker::builder(store()).desired_state_interval(Duration::ZERO)), "desired_state_interval");
+        assert_eq!(field(Worker::builder(store()).metrics_interval(huge)), "metrics_interval");
+        assert_eq!(field(Worker::builder(store()).handler_grace(huge)), "handler_grace");
+        assert_eq!(field(Worker::builder(store()).hint_wait(huge)), "hint_wait");
+        assert_eq!(field(Worker::builder(store()).metrics_namespace("a\nb")), "metrics_namespace");
+        let sdk =
+            aws_sdk_sqs::Config::builder().behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest()).build();
+        let sqs = aws_sdk_sqs::Client::from_conf(sdk);
+        for url in ["javascript:alert(1)", "file:///etc/passwd", "", &"h".repeat(5_000_000)] {
+            assert_eq!(field(Worker::builder(store()).hint_queue(sqs.clone(), url)), "queue_url", "{:.40}", url);
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ __all__ = [
     "Candidate",
     "Connection",
     "Hold",
+    "InternalError",
     "InvalidInput",
     "Lead",
     "LeaderElector",

@@ -10,6 +10,7 @@ __all__ = [
     "LeaseStopped",
     "SeqNotIncreasing",
     "Throttled",
+    "InternalError",
     "InvalidInput",
     "StoreError",
     "Timeout",
@@ -47,6 +48,7 @@ class Throttled(LeaseLockError): ...
 class InvalidInput(LeaseLockError):
     field: str
 class StoreError(LeaseLockError): ...
+class InternalError(LeaseLockError): ...
 class Timeout(StoreError):
     outcome_unknown: bool
 class Unreachable(StoreError): ...
@@ -137,15 +139,15 @@ class LeaseTable:
         cls,
         table_name: str,
         *,
-        region: Optional[str] = None,
-        endpoint_url: Optional[str] = None,
-        lease_ms: int = 20000,
-        renew_ms: int = 5000,
-        clock_skew_ms: int = 1000,
+        region: Optional[str] = ...,
+        endpoint_url: Optional[str] = ...,
+        lease_ms: int = ...,
+        renew_ms: int = ...,
+        clock_skew_ms: int = ...,
         key_prefix: str = ...,
-        index_name: Optional[str] = None,
-        attributes: Optional[Dict[str, str]] = None,
-        mode: str = "item",
+        index_name: Optional[str] = ...,
+        attributes: Optional[Dict[str, str]] = ...,
+        mode: str = ...,
     ) -> LeaseTable: ...
     @property
     def table_name(self) -> str: ...
@@ -159,9 +161,9 @@ class LeaseTable:
     def key_prefix(self) -> str: ...
     @property
     def mode(self) -> str: ...
-    def create_session(self, owner: str, *, previous_epoch: Optional[int] = None) -> Session: ...
+    def create_session(self, owner: str, *, previous_epoch: Optional[int] = ...) -> Session: ...
     def sessions(self) -> List[SessionItem]: ...
-    def create_session_async(self, owner: str, *, previous_epoch: Optional[int] = None) -> Awaitable[Session]: ...
+    def create_session_async(self, owner: str, *, previous_epoch: Optional[int] = ...) -> Awaitable[Session]: ...
     def sessions_async(self) -> Awaitable[List[SessionItem]]: ...
     def create_table(self) -> None: ...
     def start(self, id: str, url: str) -> LeaseItem: ...
@@ -169,7 +171,7 @@ class LeaseTable:
     def acquire(self, id: str, owner: str) -> Lease: ...
     def hold(self, id: str, owner: str) -> Lease: ...
     def get(self, id: str) -> Optional[LeaseItem]: ...
-    def orphans(self, limit: Optional[int] = None) -> List[LeaseItem]: ...
+    def orphans(self, limit: Optional[int] = ...) -> List[LeaseItem]: ...
     def desired_states(self, ids: List[str]) -> Dict[str, Optional[str]]: ...
     def owned_by(self, owner: str) -> List[LeaseItem]: ...
     def create_table_async(self) -> Awaitable[None]: ...
@@ -178,7 +180,7 @@ class LeaseTable:
     def acquire_async(self, id: str, owner: str) -> Awaitable[Lease]: ...
     def hold_async(self, id: str, owner: str) -> Awaitable[Lease]: ...
     def get_async(self, id: str) -> Awaitable[Optional[LeaseItem]]: ...
-    def orphans_async(self, limit: Optional[int] = None) -> Awaitable[List[LeaseItem]]: ...
+    def orphans_async(self, limit: Optional[int] = ...) -> Awaitable[List[LeaseItem]]: ...
     def desired_states_async(self, ids: List[str]) -> Awaitable[Dict[str, Optional[str]]]: ...
     def owned_by_async(self, owner: str) -> Awaitable[List[LeaseItem]]: ...
 
@@ -245,16 +247,16 @@ class Worker:
         cls,
         table: LeaseTable,
         *,
-        queue_url: Optional[str] = None,
-        max_connections: int = 700,
-        worker_id: Optional[str] = None,
-        orphan_interval_ms: int = 2000,
-        desired_state_interval_ms: int = 10000,
-        metrics_interval_ms: int = 60000,
-        handler_grace_ms: int = 5000,
-        hint_wait_ms: int = 5000,
-        metrics_namespace: Optional[str] = None,
-        balance: bool = True,
+        queue_url: Optional[str] = ...,
+        max_connections: int = ...,
+        worker_id: Optional[str] = ...,
+        orphan_interval_ms: int = ...,
+        desired_state_interval_ms: int = ...,
+        metrics_interval_ms: int = ...,
+        handler_grace_ms: int = ...,
+        hint_wait_ms: int = ...,
+        metrics_namespace: Optional[str] = ...,
+        balance: bool = ...,
     ) -> Worker: ...
     @property
     def worker_id(self) -> str: ...
@@ -268,9 +270,9 @@ class RedisElection:
         cls,
         url: str,
         *,
-        lease_ms: int = 20000,
-        renew_ms: int = 5000,
-        clock_skew_ms: int = 1000,
+        lease_ms: int = ...,
+        renew_ms: int = ...,
+        clock_skew_ms: int = ...,
         key_prefix: str = ...,
     ) -> RedisElection: ...
     @property
@@ -304,11 +306,11 @@ class LeaderElector:
         backend: Any,
         candidate_id: str,
         *,
-        wait_ms: int = 0,
-        min_lease_ms: int = 0,
-        retry_ms: int = 200,
+        wait_ms: int = ...,
+        min_lease_ms: int = ...,
+        retry_ms: int = ...,
         key_prefix: str = ...,
-        term_ms: Optional[int] = None,
+        term_ms: Optional[int] = ...,
     ) -> LeaderElector: ...
     @property
     def candidate_id(self) -> str: ...
@@ -319,9 +321,9 @@ class LeaderElector:
         name: str,
         start: Callable[..., Any],
         *,
-        score: float = 0.0,
-        load: float = 0.0,
-        metadata: Optional[Dict[str, str]] = None,
-        strategy: str = "highest_score",
-        preferred: Optional[str] = None,
+        score: float = ...,
+        load: float = ...,
+        metadata: Optional[Dict[str, str]] = ...,
+        strategy: str = ...,
+        preferred: Optional[str] = ...,
     ) -> Awaitable[_Outcome]: ...

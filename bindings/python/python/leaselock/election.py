@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _native
 from .errors import LeaseLost
@@ -89,7 +89,8 @@ class Candidate:
     def __init__(self, score: float = 0.0, *, load: float = 0.0, metadata: Optional[Dict[str, str]] = None) -> None:
         self.score = score
         self.load = load
-        self.metadata = dict(metadata or {})
+        # Anything but a mapping is passed on as given, to be refused as `metadata`.
+        self.metadata: Dict[str, str] = {} if metadata is None else dict(metadata) if isinstance(metadata, Mapping) else metadata
 
 
 class _Running:

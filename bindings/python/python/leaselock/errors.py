@@ -8,10 +8,13 @@
 - :class:`InvalidInput` (``.field``): refused before anything was written.
 - :class:`StoreError` and its kinds :class:`Timeout` (``.outcome_unknown``),
   :class:`Unreachable`, :class:`AccessDenied`, :class:`TableNotFound` (``.table``).
+- :class:`InternalError`: a bug in leaselock (a panic stopped at the binding's edge); no input
+  should ever raise it.
 """
 
 from ._native import (
     AccessDenied,
+    InternalError,
     InvalidInput,
     LeaseHeld,
     LeaseLockError,
@@ -28,6 +31,7 @@ from ._native import (
 
 __all__ = [
     "AccessDenied",
+    "InternalError",
     "InvalidInput",
     "LeaseHeld",
     "LeaseLockError",

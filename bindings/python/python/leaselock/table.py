@@ -55,7 +55,7 @@ class _Table:
             clock_skew_ms=clock_skew_ms,
             key_prefix=key_prefix,
             index_name=index_name,
-            attributes=dict(attributes) if attributes is not None else None,
+            attributes=dict(attributes) if isinstance(attributes, Mapping) else attributes,
             mode=mode,
         )
 

@@ -164,7 +164,7 @@ class Worker:
         balance: bool = True,
     ) -> None:
         self._native = _native.Worker(
-            table._native,
+            getattr(table, "_native", table),  # type: ignore[arg-type]  # anything else is refused as `table`
             queue_url=queue_url,
             max_connections=max_connections,
             worker_id=worker_id,
