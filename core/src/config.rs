@@ -379,27 +379,7 @@ pub fn validate_text(field: &str, text: &str, max_bytes: usize) -> Result<()> {
     refuse_chars(field, text)
 }
 
-/// Invisible format characters an id (or url) may not contain, besides every control character
-/// (Unicode category Cc: U+0000..U+001F, U+007F..U+009F). Each is invisible on a terminal or in
-/// a log, and most reorder or hide the text around them, so two ids that look the same could
-/// differ, or an id could disguise the line it is printed on.
-pub const REFUSED_FORMAT_CHARS: &[(char, char, &str)] = &[
-    ('\u{00AD}', '\u{00AD}', "soft hyphen"),
-    ('\u{061C}', '\u{061C}', "Arabic letter mark"),
-    ('\u{180E}', '\u{180E}', "Mongolian vowel separator"),
-    ('\u{200B}', '\u{200F}', "zero-width space, joiners and direction marks"),
-    ('\u{2028}', '\u{2029}', "line and paragraph separators"),
-    ('\u{202A}', '\u{202E}', "bidirectional embeddings and overrides"),
-    ('\u{2060}', '\u{206F}', "word joiner, invisible operators, bidirectional isolates"),
-    ('\u{FEFF}', '\u{FEFF}', "byte order mark"),
-    ('\u{FFF9}', '\u{FFFB}', "interlinear annotation"),
-    ('\u{E0000}', '\u{E007F}', "tag characters"),
-];
-
-/// Whether ids and urls refuse `c`: a control character or one of [`REFUSED_FORMAT_CHARS`].
-pub fn is_refused_char(c: char) -> bool {
-    c.is_control() || REFUSED_FORMAT_CHARS.iter().any(|&(lo, hi, _)| (lo..=hi).contains(&c))
-}
+pub use crate::render::{is_refused_char, REFUSED_FORMAT_CHARS};
 
 /// Refuses a value holding a control or invisible format character, naming the first one.
 fn refuse_chars(field: &str, value: &str) -> Result<()> {

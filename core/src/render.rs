@@ -15,6 +15,28 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
+/// Invisible format characters an id (or url) may not contain, besides every control character
+/// (Unicode category Cc: U+0000..U+001F, U+007F..U+009F). Each is invisible on a terminal or in
+/// a log, and most reorder or hide the text around them, so two ids that look the same could
+/// differ, or an id could disguise the line it is printed on.
+pub const REFUSED_FORMAT_CHARS: &[(char, char, &str)] = &[
+    ('\u{00AD}', '\u{00AD}', "soft hyphen"),
+    ('\u{061C}', '\u{061C}', "Arabic letter mark"),
+    ('\u{180E}', '\u{180E}', "Mongolian vowel separator"),
+    ('\u{200B}', '\u{200F}', "zero-width space, joiners and direction marks"),
+    ('\u{2028}', '\u{2029}', "line and paragraph separators"),
+    ('\u{202A}', '\u{202E}', "bidirectional embeddings and overrides"),
+    ('\u{2060}', '\u{206F}', "word joiner, invisible operators, bidirectional isolates"),
+    ('\u{FEFF}', '\u{FEFF}', "byte order mark"),
+    ('\u{FFF9}', '\u{FFFB}', "interlinear annotation"),
+    ('\u{E0000}', '\u{E007F}', "tag characters"),
+];
+
+/// Whether ids and urls refuse `c`: a control character or one of [`REFUSED_FORMAT_CHARS`].
+pub fn is_refused_char(c: char) -> bool {
+    c.is_control() || REFUSED_FORMAT_CHARS.iter().any(|&(lo, hi, _)| (lo..=hi).contains(&c))
+}
+
 /// How many characters of a rejected value an error shows.
 pub const VALUE_CHARS: usize = 64;
 
@@ -22,10 +44,10 @@ pub const VALUE_CHARS: usize = 64;
 pub const TEXT_CHARS: usize = 300;
 
 /// Whether a character is shown as an escape: control characters (Unicode Cc), the invisible
-/// format characters ids refuse ([`crate::config::is_refused_char`]) and the backslash (so an
+/// format characters ids refuse ([`is_refused_char`]) and the backslash (so an
 /// escape in the output is never ambiguous).
 fn needs_escape(c: char) -> bool {
-    c == '\\' || crate::config::is_refused_char(c)
+    c == '\\' || is_refused_char(c)
 }
 
 fn push_escaped(out: &mut String, c: char) {
@@ -60,7 +82,7 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
 /// A message (whose quoted values are already rendered) kept on one line: control and invisible
 /// characters escaped, nothing else; backslashes are left alone, so nothing is escaped twice.
 pub fn one_line(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(crate::config::is_refused_char) {
+    if !s.chars().any(is_refused_char) {
         return Cow::Borrowed(s);
     }
     Cow::Owned(bounded(s, usize::MAX, false).0)
@@ -72,7 +94,7 @@ fn bounded(s: &str, limit: usize, quote: bool) -> (String, bool) {
     let mut out = String::with_capacity(s.len().min(limit) + 2);
     let mut chars = s.chars();
     for c in chars.by_ref().take(limit) {
-        if crate::config::is_refused_char(c) || (quote && c == '\\') {
+        if is_refused_char(c) || (quote && c == '\\') {
             push_escaped(&mut out, c);
         } else if quote && c == '"' {
             out.push_str("\\\"");
@@ -107,7 +129,7 @@ pub fn utf16_value(head: &[u16], total_bytes: usize) -> String {
             break;
         }
         match unit {
-            Ok(c) if crate::config::is_refused_char(c) || c == '\\' => push_escaped(&mut out, c),
+            Ok(c) if is_refused_char(c) || c == '\\' => push_escaped(&mut out, c),
             Ok('"') => out.push_str("\\\""),
             Ok(c) => out.push(c),
             Err(lone) => {
