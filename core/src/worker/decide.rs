@@ -194,6 +194,7 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::Timeout { .. }
         | Error::Unreachable(_)
         | Error::AccessDenied(_)
+        | Error::NotConfigured(_)
         | Error::TableNotFound { .. }
         | Error::InvalidInput { .. }
         | Error::Script(_)

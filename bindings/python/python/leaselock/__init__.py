@@ -35,6 +35,7 @@ __all__ = [
     "LeaseNotFound",
     "LeaseStopped",
     "LeaseTable",
+    "NotConfigured",
     "Outcome",
     "RedisElection",
     "SeqNotIncreasing",

@@ -16,6 +16,7 @@ __all__ = [
     "Unreachable",
     "AccessDenied",
     "TableNotFound",
+    "NotConfigured",
     "LeaseTable",
     "Lease",
     "LeaseItem",
@@ -51,6 +52,7 @@ class Timeout(StoreError):
     outcome_unknown: bool
 class Unreachable(StoreError): ...
 class AccessDenied(StoreError): ...
+class NotConfigured(StoreError): ...
 class TableNotFound(StoreError):
     table: str
 
