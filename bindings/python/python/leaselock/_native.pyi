@@ -2,6 +2,8 @@
 
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, final
 
+__version__: str
+
 __all__ = [
     "LeaseLockError",
     "LeaseHeld",
