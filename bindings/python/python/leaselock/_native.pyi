@@ -19,6 +19,7 @@ __all__ = [
     "AccessDenied",
     "TableNotFound",
     "NotConfigured",
+    "__version__",
     "LeaseTable",
     "Lease",
     "LeaseItem",
