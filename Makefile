@@ -60,11 +60,13 @@ test-python:
 	$(CARGO) build -q -p leaselock-cli
 	scripts/with-services.sh scripts/python-example.sh
 
-# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/.
+# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/: linked
+# by zig against glibc 2.17 (manylinux2014), so Amazon Linux 2 and other older images install it.
 wheel:
 	scripts/venv.sh
-	.venv/bin/pip install -q 'maturin>=1.16,<1.17'
-	.venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist
+	.venv/bin/pip install -q 'maturin>=1.16,<1.17' ziglang
+	PATH="$$PWD/.venv/bin:$$PATH" .venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist \
+	  --compatibility manylinux2014 --zig
 
 # What a release would publish, into dist/, each checked as its registry would (scripts/dist.sh):
 # sdist and manylinux2014 abi3 wheel (twine check, installed into a scratch venv), the npm
