@@ -13,7 +13,7 @@ ELECTION_BENCH_PORT ?= 4578
 FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel
+.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
 
@@ -60,11 +60,20 @@ test-python:
 	$(CARGO) build -q -p leaselock-cli
 	scripts/with-services.sh scripts/python-example.sh
 
-# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/.
+# The abi3 wheel of the Python binding (one wheel for CPython 3.9 and later), into dist/: linked
+# by zig against glibc 2.17 (manylinux2014), so Amazon Linux 2 and other older images install it.
 wheel:
 	scripts/venv.sh
-	.venv/bin/pip install -q 'maturin>=1.16,<1.17'
-	.venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist
+	.venv/bin/pip install -q 'maturin>=1.16,<1.17' ziglang
+	PATH="$$PWD/.venv/bin:$$PATH" .venv/bin/maturin build -q --release -m bindings/python/Cargo.toml --out dist \
+	  --compatibility manylinux2014 --zig
+
+# What a release would publish, into dist/, each checked as its registry would (scripts/dist.sh):
+# sdist and manylinux2014 abi3 wheel (twine check, installed into a scratch venv), the npm
+# tarball (installed into a scratch project), the crates (cargo package, publish --dry-run).
+# Release builds: not part of `make test`.
+dist:
+	scripts/with-services.sh scripts/dist.sh
 
 # The Node package (wasm + JavaScript driver) against the local engine; the example worker
 # test runs against the CLI's local feed.

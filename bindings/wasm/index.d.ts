@@ -237,6 +237,8 @@ export declare class TimeoutError extends StoreError {
 }
 export declare class UnreachableError extends StoreError {}
 export declare class AccessDeniedError extends StoreError {}
+/** No AWS credentials or no region: the message names which; thrown at once, nothing was sent. */
+export declare class NotConfiguredError extends StoreError {}
 export declare class TableNotFoundError extends StoreError {
   readonly table: string;
 }

@@ -27,6 +27,7 @@ module.exports = {
   TimeoutError: errors.TimeoutError,
   UnreachableError: errors.UnreachableError,
   AccessDeniedError: errors.AccessDeniedError,
+  NotConfiguredError: errors.NotConfiguredError,
   TableNotFoundError: errors.TableNotFoundError,
   ShutdownError: errors.ShutdownError,
   InternalError: errors.InternalError,

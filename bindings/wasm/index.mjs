@@ -21,6 +21,7 @@ export const {
   TimeoutError,
   UnreachableError,
   AccessDeniedError,
+  NotConfiguredError,
   TableNotFoundError,
   ShutdownError,
   InternalError,

@@ -13,6 +13,8 @@ node --test --test-concurrency=1 \
   tests/readme.test.js \
   tests/example.test.js \
   tests/conformance.test.mjs
+# The tarball `npm pack` makes, installed into a scratch project, runs the README example.
+../../scripts/npm-pack-check.sh
 # The election tests time real processes against leases: on an engine of their own
 # (with-services.sh runs its command from the repository root).
 MOTO_PORT="${ELECTION_MOTO_PORT:-4589}" ../../scripts/with-services.sh node --test bindings/wasm/tests/election.test.mjs

@@ -151,6 +151,7 @@ impl From<leaselock::Error> for Failure {
             | E::Timeout { .. }
             | E::Unreachable(_)
             | E::AccessDenied(_)
+            | E::NotConfigured(_)
             | E::TableNotFound { .. }
             | E::Script(_)
             | E::Store(_) => Failure::Other(e.to_string()),

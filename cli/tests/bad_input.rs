@@ -121,6 +121,45 @@ fn bad_arguments_exit_2_in_one_line_before_any_request() {
     one_line(&out);
 }
 
+/// `leaselock args` with no AWS setting but `env`: no profile files, no instance metadata.
+fn without_aws_setup(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> (Output, std::time::Duration) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));
+    cmd.args(args).env_clear().env("HOME", home).env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = std::time::Instant::now();
+    let out = cmd.output().expect("run leaselock");
+    (out, started.elapsed())
+}
+
+#[test]
+fn missing_credentials_or_region_are_named_at_once() {
+    let home = std::env::temp_dir().join(format!("leaselock-no-aws-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let keys = [("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x")];
+    let endpoint = ("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+    let cases: [(Vec<(&str, &str)>, &str); 3] = [
+        (
+            vec![("AWS_REGION", "us-east-1"), endpoint],
+            "error: AWS SDK not configured: no credentials (set AWS_ACCESS_KEY_ID",
+        ),
+        (vec![keys[0], keys[1], endpoint], "error: AWS SDK not configured: no region (set AWS_REGION"),
+        (vec![keys[0], keys[1]], "error: AWS SDK not configured: no region (set AWS_REGION"),
+    ];
+    for (env, says) in &cases {
+        for args in [&["stop", "s1"][..], &["start", "s1", "--url", "wss://feed.example/s1"], &["ls"]] {
+            let (out, took) = without_aws_setup(args, env, &home);
+            assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {}", stderr(&out));
+            let line = one_line(&out);
+            assert!(line.starts_with(says), "{args:?} {env:?}: {line}");
+            // Nothing to wait for: the SDK finds what is missing before sending anything.
+            assert!(took < std::time::Duration::from_secs(3), "{args:?} {env:?}: {took:?}");
+        }
+    }
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Against the local engine
 

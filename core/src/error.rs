@@ -30,6 +30,9 @@ pub enum Error {
     /// The credentials may not do this.
     #[error("access denied: {0}")]
     AccessDenied(String),
+    /// The AWS client cannot send anything: no credentials or no region (the message names which).
+    #[error("AWS SDK not configured: {0}")]
+    NotConfigured(String),
     /// The table does not exist (or not in this region / account).
     #[error("table {table} does not exist (run `leaselock table create`)")]
     TableNotFound { table: String },
@@ -58,6 +61,7 @@ impl Error {
             Error::Timeout { .. } => "Timeout",
             Error::Unreachable(_) => "Unreachable",
             Error::AccessDenied(_) => "AccessDenied",
+            Error::NotConfigured(_) => "NotConfigured",
             Error::TableNotFound { .. } => "TableNotFound",
             Error::Script(_) => "Script",
             Error::InvalidInput { .. } => "InvalidInput",

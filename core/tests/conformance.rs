@@ -206,6 +206,7 @@ fn error_value(e: &Error) -> Value {
         Error::Timeout { .. } => json!({"error": "timeout"}),
         Error::Unreachable(_) => json!({"error": "unreachable"}),
         Error::AccessDenied(_) => json!({"error": "access_denied"}),
+        Error::NotConfigured(_) => json!({"error": "not_configured"}),
         Error::TableNotFound { .. } => json!({"error": "table_not_found"}),
         Error::Script(_) | Error::Store(_) => json!({"error": "store", "message": e.to_string()}),
     }

@@ -150,9 +150,9 @@ impl RouterError {
                 let field = if field == "url" { "url" } else { "connection_id" };
                 RouterError::Invalid(Invalid::new(field, message))
             }
-            e @ (leaselock::Error::TableNotFound { .. } | leaselock::Error::AccessDenied(_)) => {
-                RouterError::Misconfigured(e)
-            }
+            e @ (leaselock::Error::TableNotFound { .. }
+            | leaselock::Error::AccessDenied(_)
+            | leaselock::Error::NotConfigured(_)) => RouterError::Misconfigured(e),
             other => RouterError::Store(other),
         }
     }

@@ -41,6 +41,12 @@ create_exception!(leaselock, Timeout, StoreError, "The store did not answer in t
 create_exception!(leaselock, Unreachable, StoreError, "The store could not be reached.");
 create_exception!(leaselock, AccessDenied, StoreError, "The credentials may not do this.");
 create_exception!(leaselock, TableNotFound, StoreError, "The table does not exist (`.table`).");
+create_exception!(
+    leaselock,
+    NotConfigured,
+    StoreError,
+    "The AWS client cannot send anything: no credentials or no region (the message names which)."
+);
 
 /// `err` with attributes set on its value.
 fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr {
@@ -97,6 +103,7 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
         }
         Error::Unreachable(_) => Unreachable::new_err(message),
         Error::AccessDenied(_) => AccessDenied::new_err(message),
+        Error::NotConfigured(_) => NotConfigured::new_err(message),
         Error::TableNotFound { table } => with_attrs(py, TableNotFound::new_err(message), &[("table", obj(py, table))]),
         // A server-side script refused (Redis): a store failure like any other.
         Error::Script(_) | Error::Store(_) => StoreError::new_err(message),
@@ -158,5 +165,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Unreachable", py.get_type::<Unreachable>())?;
     m.add("AccessDenied", py.get_type::<AccessDenied>())?;
     m.add("TableNotFound", py.get_type::<TableNotFound>())?;
+    m.add("NotConfigured", py.get_type::<NotConfigured>())?;
     Ok(())
 }

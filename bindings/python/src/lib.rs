@@ -91,6 +91,8 @@ pub(crate) fn seconds_left(deadline_ms: u64, now_ms: u64) -> f64 {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     runtime_threads_from_env().map_err(pyo3::exceptions::PyValueError::new_err)?;
     errors::register(m)?;
+    // The workspace version, the one the wheel's metadata carries too.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<table::PyLeaseTable>()?;
     m.add_class::<lease::PyLease>()?;
     m.add_class::<lease::PyLeaseItem>()?;

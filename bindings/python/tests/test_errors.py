@@ -14,7 +14,7 @@ def test_one_tree_under_lease_lock_error() -> None:
         cls = getattr(leaselock, name)
         assert issubclass(cls, leaselock.LeaseLockError), name
         assert cls.__module__ == "leaselock", cls.__module__
-    for name in ["Timeout", "Unreachable", "AccessDenied", "TableNotFound"]:
+    for name in ["Timeout", "Unreachable", "AccessDenied", "TableNotFound", "NotConfigured"]:
         assert issubclass(getattr(leaselock, name), leaselock.StoreError), name
     assert issubclass(leaselock.LeaseLockError, Exception)
     assert not issubclass(leaselock.LeaseLost, leaselock.StoreError)
@@ -74,3 +74,47 @@ def test_more_runtime_threads_serve_blocking_and_asyncio_calls(table_name) -> No
     run = _import_with_threads("3", code)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "served"
+
+
+# A child without any AWS setting: no keys, no region, no profile files, no instance metadata.
+_FIRST_REQUEST = """
+import sys, time, leaselock
+table = leaselock.LeaseTable("leases")
+started = time.monotonic()
+try:
+    table.get("stream-1")
+except leaselock.NotConfigured as e:
+    print(f"{time.monotonic() - started:.3f} {e}")
+else:
+    sys.exit("no error")
+"""
+
+
+def _first_request_without(env: "dict[str, str]", tmp_path: "os.PathLike[str]") -> "tuple[float, str]":
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    clean.update(HOME=str(tmp_path), AWS_EC2_METADATA_DISABLED="true", **env)
+    run = subprocess.run([sys.executable, "-c", _FIRST_REQUEST], env=clean, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    took, message = run.stdout.strip().split(" ", 1)
+    return float(took), message
+
+
+def test_missing_credentials_are_named_at_once(tmp_path: "os.PathLike[str]") -> None:
+    took, message = _first_request_without({"AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, tmp_path)
+    assert message.startswith("AWS SDK not configured: no credentials (set AWS_ACCESS_KEY_ID"), message
+    assert took < 3, took
+
+
+def test_a_missing_region_is_named_at_once(tmp_path: "os.PathLike[str]") -> None:
+    keys = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    for endpoint in ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, {}):
+        took, message = _first_request_without({**keys, **endpoint}, tmp_path)
+        assert message.startswith("AWS SDK not configured: no region (set AWS_REGION"), message
+        assert took < 3, took
+
+
+def test_version_is_the_crate_version() -> None:
+    from importlib.metadata import version
+
+    assert leaselock.__version__ == version("leaselock")
+    assert leaselock.__version__.count(".") == 2

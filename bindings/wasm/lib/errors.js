@@ -102,6 +102,13 @@ class AccessDeniedError extends StoreError {
   }
 }
 
+/** The AWS client cannot send anything: no credentials or no region (the message names which). */
+class NotConfiguredError extends StoreError {
+  constructor(message, _fields, options) {
+    super(message, 'NotConfigured', options);
+  }
+}
+
 /** The table does not exist (or not in this region / account). */
 class TableNotFoundError extends StoreError {
   constructor(message, { table }, options) {
@@ -153,6 +160,8 @@ function fromRust(e, cause) {
       return new UnreachableError(message, e, withCause);
     case 'AccessDenied':
       return new AccessDeniedError(message, e, withCause);
+    case 'NotConfigured':
+      return new NotConfiguredError(message, e, withCause);
     case 'TableNotFound':
       return new TableNotFoundError(message, e, withCause);
     case 'Store':
@@ -198,6 +207,7 @@ module.exports = {
   TimeoutError,
   UnreachableError,
   AccessDeniedError,
+  NotConfiguredError,
   TableNotFoundError,
   ShutdownError,
   InternalError,

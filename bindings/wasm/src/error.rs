@@ -28,7 +28,12 @@ pub fn to_json(e: &Error) -> Value {
             json!({ "kind": kind, "message": message, "outcomeUnknown": outcome_unknown })
         }
         Error::TableNotFound { table } => json!({ "kind": kind, "message": message, "table": table }),
-        Error::Throttled | Error::Unreachable(_) | Error::AccessDenied(_) | Error::Script(_) | Error::Store(_) => {
+        Error::Throttled
+        | Error::Unreachable(_)
+        | Error::AccessDenied(_)
+        | Error::NotConfigured(_)
+        | Error::Script(_)
+        | Error::Store(_) => {
             json!({ "kind": kind, "message": message })
         }
     }
@@ -53,6 +58,7 @@ pub fn from_json(v: &Value) -> Error {
         }
         "Unreachable" => Error::Unreachable(str_of("message")),
         "AccessDenied" => Error::AccessDenied(str_of("message")),
+        "NotConfigured" => Error::NotConfigured(str_of("message")),
         "TableNotFound" => Error::TableNotFound { table: str_of("table") },
         "InvalidInput" => {
             let (field, message) = (str_of("field"), str_of("message"));

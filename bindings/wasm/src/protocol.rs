@@ -177,6 +177,9 @@ pub fn answer_for_failure(f: Failure) -> Answer {
         }
         _ => {}
     }
+    if let Some(missing) = missing_setup(&f) {
+        return Answer::NotConfigured(missing);
+    }
     match f.status {
         // A success the SDK could not read: the write was applied, the answer is lost.
         Some(status @ 200..=299) => Answer::Ambiguous(format!("unreadable answer (HTTP {status}): {}", text())),
@@ -192,6 +195,26 @@ pub fn answer_for_failure(f: Failure) -> Answer {
             }
         }
     }
+}
+
+/// What the SDK lacks to build a request, named for the user, when that is why it failed: the
+/// credential chain found nothing (`CredentialsProviderError`), or no region was configured
+/// (the SDK's plain `Error: Region is missing`). Nothing was sent.
+fn missing_setup(f: &Failure) -> Option<String> {
+    if f.status.is_some_and(|s| s > 0) {
+        return None;
+    }
+    if f.name == "CredentialsProviderError" {
+        return Some(format!(
+            "no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with a role, \
+             or give the DynamoDBClient credentials); the SDK said: {}",
+            f.message
+        ));
+    }
+    if f.message == "Region is missing" {
+        return Some("no region (set AWS_REGION, or give the DynamoDBClient a region)".into());
+    }
+    None
 }
 
 /// One running operation.
@@ -280,6 +303,7 @@ mod tests {
             Answer::Ambiguous(_) => "Ambiguous",
             Answer::Unreachable(_) => "Unreachable",
             Answer::AccessDenied(_) => "AccessDenied",
+            Answer::NotConfigured(_) => "NotConfigured",
             Answer::ResourceNotFound(_) => "ResourceNotFound",
             Answer::ResourceInUse(_) => "ResourceInUse",
             Answer::Other(_) => "Other",
@@ -292,7 +316,12 @@ mod tests {
         assert_eq!(kind(failure("Error", None, Some("ECONNRESET"))), "Ambiguous");
         assert_eq!(kind(failure("TimeoutError", None, None)), "Ambiguous");
         assert_eq!(kind(failure("SyntaxError", Some(200), None)), "Ambiguous");
-        assert_eq!(kind(failure("CredentialsProviderError", None, None)), "Other");
+        assert_eq!(kind(failure("CredentialsProviderError", None, None)), "NotConfigured");
+        assert_eq!(
+            kind(Failure { message: "Region is missing".into(), ..failure("Error", None, None) }),
+            "NotConfigured"
+        );
+        assert_eq!(kind(failure("SomeOtherError", None, None)), "Other");
         assert_eq!(kind(Failure { timed_out: true, ..failure("AbortError", None, None) }), "Ambiguous");
     }
 

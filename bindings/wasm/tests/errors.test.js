@@ -44,6 +44,7 @@ test('every Rust error kind becomes its class, with its fields', () => {
     InvalidInput: 'InvalidInputError',
     Unreachable: 'UnreachableError',
     AccessDenied: 'AccessDeniedError',
+    NotConfigured: 'NotConfiguredError',
     Store: 'StoreError',
   };
   for (const [kind, name] of Object.entries(names)) {
@@ -117,4 +118,51 @@ test('binary values in an SDK answer cross as base64 (the DynamoDB JSON form)', 
   assert.equal(outputJson(plain), JSON.stringify(plain));
   const binary = { Item: { blob: { B: new Uint8Array([1, 2, 3]) }, set: { BS: [new Uint8Array([255])] } } };
   assert.deepEqual(JSON.parse(outputJson(binary)).Item, { blob: { B: 'AQID' }, set: { BS: ['/w=='] } });
+});
+
+// A child without any AWS setting but `env`: no profile files, no instance metadata.
+function firstRequestWithout(env) {
+  const { execFileSync } = require('node:child_process');
+  const os = require('node:os');
+  const fs = require('node:fs');
+  const path = require('node:path');
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'leaselock-no-aws-'));
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('AWS_')));
+  const code = `
+    const { DynamoDBClient } = require('@aws-sdk/client-dynamodb');
+    const { LeaseTable, NotConfiguredError } = require('.');
+    const table = new LeaseTable({ client: new DynamoDBClient({}), tableName: 'leases' });
+    const started = performance.now();
+    table.get('stream-1').then(
+      () => { throw new Error('no error'); },
+      (e) => {
+        if (!(e instanceof NotConfiguredError)) throw e;
+        console.log(JSON.stringify({ took: performance.now() - started, message: e.message }));
+      },
+    );`;
+  try {
+    const out = execFileSync(process.execPath, ['-e', code], {
+      cwd: path.join(__dirname, '..'),
+      env: { ...clean, HOME: home, AWS_EC2_METADATA_DISABLED: 'true', ...env },
+      timeout: 60_000,
+    });
+    return JSON.parse(out.toString());
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+}
+
+test('missing credentials are named at once', () => {
+  const { took, message } = firstRequestWithout({ AWS_REGION: 'us-east-1', AWS_ENDPOINT_URL: 'http://127.0.0.1:9' });
+  assert.match(message, /^AWS SDK not configured: no credentials \(set AWS_ACCESS_KEY_ID/);
+  assert.ok(took < 3000, `${took} ms`);
+});
+
+test('a missing region is named at once', () => {
+  const keys = { AWS_ACCESS_KEY_ID: 'x', AWS_SECRET_ACCESS_KEY: 'x' };
+  for (const endpoint of [{ AWS_ENDPOINT_URL: 'http://127.0.0.1:9' }, {}]) {
+    const { took, message } = firstRequestWithout({ ...keys, ...endpoint });
+    assert.match(message, /^AWS SDK not configured: no region \(set AWS_REGION/);
+    assert.ok(took < 3000, `${took} ms`);
+  }
 });

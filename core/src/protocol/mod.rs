@@ -131,6 +131,8 @@ pub enum Answer {
     Unreachable(String),
     /// The credentials may not do this.
     AccessDenied(String),
+    /// The client lacks what it needs to send anything (credentials, a region): nothing was sent.
+    NotConfigured(String),
     /// `ResourceNotFoundException`: the table (or index) does not exist.
     ResourceNotFound(String),
     /// `ResourceInUseException` (a table being created already exists).
@@ -332,6 +334,7 @@ pub(crate) fn triage(answer: Answer, table: &str) -> Triage {
             Triage::Ambiguous
         }
         Answer::AccessDenied(m) => Triage::Fail(Error::AccessDenied(m)),
+        Answer::NotConfigured(m) => Triage::Fail(Error::NotConfigured(m)),
         Answer::ResourceNotFound(_) => Triage::Fail(Error::TableNotFound { table: table.to_string() }),
         Answer::ResourceInUse(m) | Answer::Other(m) => Triage::Fail(Error::Store(m)),
     }

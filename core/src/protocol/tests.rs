@@ -95,6 +95,7 @@ fn failures() -> Vec<(&'static str, Answer)> {
         ("Ambiguous", Answer::Ambiguous("timeout".into())),
         ("Unreachable", Answer::Unreachable("connection refused".into())),
         ("AccessDenied", Answer::AccessDenied("AccessDeniedException: no".into())),
+        ("NotConfigured", Answer::NotConfigured("no region".into())),
         ("ResourceNotFound", Answer::ResourceNotFound("ResourceNotFoundException: no table".into())),
         ("Other", Answer::Other("ValidationException: bad".into())),
     ]
@@ -169,6 +170,7 @@ fn every_operation_over_every_failure_kind() {
                 "Ambiguous" if rereads => "reread",
                 "Ambiguous" => "sleep",
                 "AccessDenied" => "fail AccessDenied",
+                "NotConfigured" => "fail NotConfigured",
                 "ResourceNotFound" => "fail TableNotFound",
                 _ => "fail Store",
             };

@@ -196,6 +196,7 @@ pub fn claim_failure(err: &Error) -> ClaimFailure {
         | Error::Timeout { .. }
         | Error::Unreachable(_)
         | Error::AccessDenied(_)
+        | Error::NotConfigured(_)
         | Error::TableNotFound { .. }
         | Error::InvalidInput { .. }
         | Error::Script(_)

@@ -8,6 +8,7 @@ called through a native module; this package is the Python face of them.
 True
 """
 
+from ._native import __version__
 from .errors import *  # noqa: F403  (the exception tree, listed in errors.__all__)
 from .election import Candidate, Lead, LeaderElector, Outcome, RedisElection, Term
 from .lease import AsyncLease, Lease, LeaseItem
@@ -36,6 +37,7 @@ __all__ = [
     "LeaseNotFound",
     "LeaseStopped",
     "LeaseTable",
+    "NotConfigured",
     "Outcome",
     "RedisElection",
     "SeqNotIncreasing",

@@ -2,6 +2,8 @@
 
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, final
 
+__version__: str
+
 __all__ = [
     "LeaseLockError",
     "LeaseHeld",
@@ -17,6 +19,8 @@ __all__ = [
     "Unreachable",
     "AccessDenied",
     "TableNotFound",
+    "NotConfigured",
+    "__version__",
     "LeaseTable",
     "Lease",
     "LeaseItem",
@@ -53,6 +57,7 @@ class Timeout(StoreError):
     outcome_unknown: bool
 class Unreachable(StoreError): ...
 class AccessDenied(StoreError): ...
+class NotConfigured(StoreError): ...
 class TableNotFound(StoreError):
     table: str
 

@@ -7,7 +7,8 @@
 - :class:`Throttled`: the store kept throttling until the retry budget ran out.
 - :class:`InvalidInput` (``.field``): refused before anything was written.
 - :class:`StoreError` and its kinds :class:`Timeout` (``.outcome_unknown``),
-  :class:`Unreachable`, :class:`AccessDenied`, :class:`TableNotFound` (``.table``).
+  :class:`Unreachable`, :class:`AccessDenied`, :class:`TableNotFound` (``.table``),
+  :class:`NotConfigured` (no AWS credentials or no region: raised at the first request, at once).
 - :class:`InternalError`: a bug in leaselock (a panic stopped at the binding's edge); no input
   should ever raise it.
 """
@@ -21,6 +22,7 @@ from ._native import (
     LeaseLost,
     LeaseNotFound,
     LeaseStopped,
+    NotConfigured,
     SeqNotIncreasing,
     StoreError,
     TableNotFound,
@@ -38,6 +40,7 @@ __all__ = [
     "LeaseLost",
     "LeaseNotFound",
     "LeaseStopped",
+    "NotConfigured",
     "SeqNotIncreasing",
     "StoreError",
     "TableNotFound",
