@@ -13,7 +13,7 @@ ELECTION_BENCH_PORT ?= 4578
 FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
 
-.PHONY: test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
+.PHONY: docs test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
 
@@ -74,6 +74,10 @@ wheel:
 # Release builds: not part of `make test`.
 dist:
 	scripts/with-services.sh scripts/dist.sh
+
+# The API reference of each language into target/docs/ (rustdoc, pdoc, TypeDoc).
+docs:
+	scripts/docs.sh
 
 # The Node package (wasm + JavaScript driver) against the local engine; the example worker
 # test runs against the CLI's local feed.

@@ -1,6 +1,6 @@
 //! One lease held outside a [`Worker`](crate::Worker): the handle behind a "hold this id while
 //! this block runs" scope, and the held-lease state every holder shares with its upkeep task
-//! ([`HeldLease`]: a worker's connections use it too). Optionally renewed in the background on
+//! (a worker's connections use it too). Optionally renewed in the background on
 //! the [`Keeper`]'s schedule; its token fires at the local deadline, on a lost lease, when the
 //! work is STOPPED and once it is released.
 //!

@@ -8,7 +8,7 @@ use crate::{Error, Result};
 /// How an elector claims and holds. Every field has a builder method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionOptions {
-    /// How long a contender keeps retrying before it gives up with [`Outcome::Skipped`] (default 0: one try).
+    /// How long a contender keeps retrying before it gives up with [`Outcome::Skipped`](super::Outcome::Skipped) (default 0: one try).
     pub wait: Duration,
     /// The lease is kept at least this long after the claim, even when the action is done sooner,
     /// so a job run on every host is not run twice in one period (default 0).
