@@ -1,7 +1,9 @@
 //! One error type for every lease operation, in the words of what happened to the lease.
 
-/// What went wrong with a lease operation.
-#[derive(Debug, thiserror::Error)]
+/// What went wrong with a lease operation. As JSON (the engine's trace vectors) it is an object
+/// with its [`Error::kind`] under `kind` and the variant's fields or message under `detail`.
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", content = "detail")]
 pub enum Error {
     /// Someone else holds an unexpired lease (read from the failed write itself, no extra read).
     #[error("held by {owner} until {expires_at_ms} ms")]

@@ -28,8 +28,8 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{debug, info};
 
+use crate::engine::decide::CancelReason;
 use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
-use crate::worker::decide::CancelReason;
 use crate::{Clock, Error, Lease, LeaseStore, Result};
 
 /// A cancellation token with the first reason it was cancelled for.

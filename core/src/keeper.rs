@@ -8,8 +8,8 @@
 //! (giving it up at `until_mono_ms`: no request of the holder may be in flight past the deadline),
 //! and reports the answer with [`Keeper::renewed`].
 
+use crate::engine::decide::CancelReason;
 use crate::lease::{backoff_ms, retry_fits};
-use crate::worker::decide::CancelReason;
 use crate::{DesiredState, Error, Lease, TableConfig};
 
 /// How a held lease stays alive.

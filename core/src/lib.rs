@@ -41,6 +41,7 @@ pub mod store;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 pub mod election;
+pub mod engine;
 #[cfg(feature = "dynamodb")]
 pub mod fenced;
 #[cfg(feature = "redis")]
@@ -50,7 +51,7 @@ pub mod worker;
 /// Without the native runtime, the worker's decisions alone (the wasm build drives them).
 #[cfg(not(feature = "dynamodb"))]
 pub mod worker {
-    pub mod decide;
+    pub use crate::engine::decide;
 }
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -34,7 +34,7 @@
 
 mod clock;
 mod connection;
-pub mod decide;
+pub use crate::engine::decide;
 mod hints;
 mod lease_task;
 mod reconcile;

@@ -1,6 +1,6 @@
 //! The worker's decisions as plain functions of (what the store said, now, config): what to
-//! claim, when to poll again, what a renewal result means, when to give up on a lease. The tokio
-//! worker only drives these; the Python and Node drivers reuse them.
+//! claim, when to poll again, what a renewal result means, when to give up on a lease. The
+//! engine ([`super::Engine`]) is made of these; the Node driver still calls some directly.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::lease::{backoff_ms, claim_cutoff, is_orphan, retry_fits};
 use crate::{DesiredState, Error, Lease, LeaseItem, Session, SessionItem, TableConfig};
 
 /// Why a handler's cancellation token fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
     /// The local deadline passed without a successful renewal (the store may be unreachable).
     Deadline,

@@ -1,0 +1,1791 @@
+//! The worker engine: everything a worker decides, as one state machine without I/O.
+//!
+//! It owns the tracked work (claims in flight, held leases and their [`Keeper`]s, claims whose
+//! answer was lost), the claim limit and the balance, the session (epochs, renewals, the cover
+//! they give every held lease, claims in flight included), hand-over rounds, the orphan polls,
+//! the hint batches, the desired-state checks, shutdown and the counters a snapshot reports.
+//! A driver does the I/O:
+//!
+//! - [`Engine::poll_command`] says what to do: run a store operation ([`Op`], with an id to echo
+//!   back), receive, settle or send hints, start, cancel or abort a handler, move a held lease's
+//!   deadline, forget a lease, write a metrics line;
+//! - [`Engine::handle`] takes what happened ([`Event`]): an operation's answer, hints received,
+//!   a handler that ended, a shutdown request;
+//! - [`Engine::poll_timeout`] says when to call [`Engine::handle_timeout`] next.
+//!
+//! Time comes in with every call ([`Now`]: wall and monotonic ms of the store's clock) and
+//! randomness from a seeded source, so a run is a function of its inputs: the tokio worker
+//! drives it, tests drive it on a manual clock, and trace vectors (events in, commands out) are
+//! replayed by every driver.
+
+pub mod decide;
+pub mod sim;
+pub mod trace;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use tracing::{debug, info, warn};
+
+use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
+use crate::{Error, Hint, Lease, LeaseItem, LeaseMode, Session, SessionItem, SessionLoad, TableConfig};
+use decide::{
+    balance_pace_ms, claim_failure, claim_outlived_session, counts_as_lost, counts_in_load, dead_session_owners,
+    desired_state_phase_ms, hint_batch_size, hint_retry_ms, is_fleet_work, jittered_ms, moves_with_session,
+    orphan_counts, orphan_query_cutoff, orphan_retry_ms, plan_orphans, releases_after_handler, session_retry_ms,
+    session_wake_at, stopped_ids, Balancer, CancelReason, ClaimFailure, FleetView, OrphanPoll, PeerSession,
+    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY,
+};
+
+/// An operation's id, echoed back with its answer.
+pub type OpId = u64;
+
+/// The time of a call: the store clock's wall (epoch ms) and monotonic ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Now {
+    pub wall_ms: u64,
+    pub mono_ms: u64,
+}
+
+/// A worker's settings, as the engine needs them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Settings {
+    pub worker_id: String,
+    pub max_connections: usize,
+    pub orphan_interval_ms: u64,
+    pub desired_state_interval_ms: u64,
+    pub metrics_interval_ms: u64,
+    /// How long a cancelled handler may take to return before it is aborted.
+    pub handler_grace_ms: u64,
+    /// Session mode: claim at most a fair share and hand the excess over.
+    pub balance: bool,
+    /// A hint queue is there: receive hints, and hint released work to the fleet.
+    pub hints: bool,
+    /// The long-poll wait of one receive.
+    pub hint_wait_ms: u64,
+}
+
+/// A store operation for the driver to run. `Renew`, `Release` and `RenewSession` name work
+/// the driver holds a copy of (a held lease's copy moves with the handler's checkpoints).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Acquire STARTED work: per-item (`session` absent) or under the session.
+    Claim {
+        id: String,
+        session: Option<Session>,
+    },
+    /// Renew the held copy of `id`; give the request up (sending nothing else) at
+    /// `until_mono_ms`, its deadline.
+    Renew {
+        id: String,
+        until_mono_ms: u64,
+    },
+    /// Release the held copy of `id`.
+    Release {
+        id: String,
+    },
+    /// Release a lease not held here (work that is not running, a claim whose answer was lost).
+    ReleaseLease {
+        lease: Lease,
+    },
+    Get {
+        id: String,
+    },
+    OrphansPage {
+        cutoff_ms: u64,
+        page_size: usize,
+    },
+    Sessions,
+    OwnedBy {
+        owner: String,
+    },
+    RetireSession {
+        owner: String,
+        epoch: u64,
+    },
+    CreateSession {
+        previous: Option<u64>,
+    },
+    /// Renew the session reporting `load`; give it up at `until_mono_ms` (the session's deadline).
+    RenewSession {
+        session: Session,
+        load: SessionLoad,
+        until_mono_ms: u64,
+    },
+    EndSession {
+        session: Session,
+        load: SessionLoad,
+    },
+    DesiredStates {
+        ids: Vec<String>,
+    },
+}
+
+impl Op {
+    /// Reads change nothing: at the end of a run the driver drops those still in flight.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Op::Get { .. } | Op::OrphansPage { .. } | Op::Sessions | Op::OwnedBy { .. } | Op::DesiredStates { .. }
+        )
+    }
+}
+
+/// An operation's answer.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// `Claim`: the lease claimed. `Renew`: the lease as renewed.
+    Lease(Lease),
+    /// `Release`, `ReleaseLease`, `RetireSession`, `EndSession`.
+    Done,
+    Item(Option<LeaseItem>),
+    Orphans {
+        items: Vec<LeaseItem>,
+        full: bool,
+    },
+    Sessions(Vec<SessionItem>),
+    Owned(Vec<LeaseItem>),
+    /// `CreateSession`, `RenewSession`.
+    Session(Session),
+    DesiredStates(BTreeMap<String, Option<crate::DesiredState>>),
+    Failed(Error),
+}
+
+/// One hint message as received.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HintMessage {
+    /// What settles it (SQS: the receipt handle).
+    pub receipt: String,
+    pub body: Option<String>,
+}
+
+/// How a handler ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandlerEnd {
+    Returned,
+    Failed,
+    Panicked,
+    /// Cancelled, it did not return within the grace period and was aborted.
+    Aborted,
+}
+
+/// What happened, for [`Engine::handle`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Answer {
+        op: OpId,
+        answer: Answer,
+    },
+    /// The answer to [`Command::ReceiveHints`]: the messages, or why the receive failed.
+    Hints {
+        received: Result<Vec<HintMessage>, String>,
+    },
+    /// `reason`: why its token fired, as the driver saw it (a checkpoint can find the lease lost).
+    HandlerEnded {
+        id: String,
+        end: HandlerEnd,
+        reason: Option<CancelReason>,
+    },
+    Shutdown,
+}
+
+/// What the driver does next, from [`Engine::poll_command`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Command {
+    Run {
+        op: OpId,
+        request: Op,
+    },
+    /// Start a handler for `lease`, just claimed: the driver keeps its copy from now on.
+    StartHandler {
+        lease: Lease,
+    },
+    /// Fire the handler's token with `reason` (the first reason wins).
+    CancelHandler {
+        id: String,
+        reason: CancelReason,
+    },
+    /// The handler ignored its cancellation for the grace period: stop it.
+    AbortHandler {
+        id: String,
+    },
+    /// A session renewal covers the lease: its deadline moves to `deadline_mono_ms`.
+    SetDeadline {
+        id: String,
+        deadline_mono_ms: u64,
+    },
+    /// The lease is no longer held: fire its token with `Released` and drop the copy.
+    Forget {
+        id: String,
+    },
+    /// One long poll of the hint queue; answer with [`Event::Hints`].
+    ReceiveHints {
+        max: usize,
+        wait_ms: u64,
+    },
+    /// Delete the handled hints; make those nobody here had room for visible again at once.
+    SettleHints {
+        delete: Vec<String>,
+        give_back: Vec<String>,
+    },
+    /// Hint released work to the fleet (best effort, no answer).
+    SendHint {
+        id: String,
+    },
+    /// Write a metrics line from [`Engine::take_metrics`].
+    EmitMetrics,
+    /// The run is over (after a shutdown): nothing more will be asked.
+    Finished,
+}
+
+/// How a claim attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    Claimed,
+    AlreadyOurs,
+    NoCapacity,
+    Stopping,
+    Conflict,
+    Failed,
+}
+
+/// Where a claim came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Orphan,
+    DeadSession,
+    /// Our own earlier epochs' work: claimed whatever the share.
+    ReclaimOwn,
+    Hint,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Orphan => "orphan",
+            Source::DeadSession => "dead session",
+            Source::ReclaimOwn => "own earlier epoch",
+            Source::Hint => "hint",
+        }
+    }
+}
+
+/// The engine's counters (totals since the start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    pub acquired: u64,
+    pub acquire_conflicts: u64,
+    pub acquire_errors: u64,
+    pub leases_lost: u64,
+    pub released: u64,
+    pub handler_errors: u64,
+    pub handler_panics: u64,
+    pub orphan_polls: u64,
+    pub hints_received: u64,
+    pub session_takeovers: u64,
+    pub handed_over: u64,
+}
+
+/// What a metrics line reports: the totals, what is held, and the latencies since the last one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metrics {
+    pub totals: Totals,
+    pub held: usize,
+    pub session_live: bool,
+    pub renew_latency_ms: Vec<u64>,
+    pub session_renew_latency_ms: Vec<u64>,
+}
+
+/// A point-in-time view of a worker (counters are totals since start).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerSnapshot {
+    pub worker_id: String,
+    pub max_connections: usize,
+    /// Ids whose lease this worker holds, sorted.
+    pub held: Vec<String>,
+    pub acquired: u64,
+    pub acquire_conflicts: u64,
+    pub acquire_errors: u64,
+    /// Lost to another owner or past the deadline.
+    pub leases_lost: u64,
+    pub released: u64,
+    pub handler_errors: u64,
+    pub handler_panics: u64,
+    pub orphan_polls: u64,
+    pub hints_received: u64,
+    /// Session mode: the epoch of the live session.
+    pub session_epoch: Option<u64>,
+    /// Session mode: connections claimed from dead sessions.
+    pub session_takeovers: u64,
+    /// Session mode: connections handed over to balance the fleet.
+    pub handed_over: u64,
+    /// Session mode with balance: the most this worker may hold after a claim now.
+    pub claim_limit: Option<usize>,
+    pub stopping: bool,
+}
+
+/// Renewal latencies kept between two metrics lines (about 700 leases x 12 renewals a minute).
+const MAX_LATENCY_SAMPLES: usize = 20_000;
+
+/// One held lease.
+#[derive(Debug)]
+struct HeldEntry {
+    keeper: Keeper,
+    /// The keeper still runs (not lost, not past its deadline, handler not ended).
+    keeping: bool,
+    /// A renewal in flight and when it was sent.
+    renewing: Option<(OpId, u64)>,
+    session_epoch: Option<u64>,
+    fence: u64,
+    claim_order: u64,
+    /// The hand-over round it was picked in (0: not picked).
+    handing_over: u64,
+    reason: Option<CancelReason>,
+    /// When an ignored cancellation aborts the handler.
+    abort_at: Option<u64>,
+    /// The handler has ended: the lease is being released (or left to the session's end).
+    ended: bool,
+}
+
+#[derive(Debug)]
+enum Tracked {
+    Claiming,
+    Held(Box<HeldEntry>),
+}
+
+/// What an operation in flight was for.
+#[derive(Debug)]
+enum Pending {
+    Claim { id: String, source: Source, session_epoch: Option<u64>, from: ClaimFrom },
+    Renew { id: String },
+    Release { id: String },
+    GiveBack,
+    Settle { id: String },
+    Page,
+    Fleet,
+    Owned { owner: String, epoch: Option<u64> },
+    Retire,
+    CreateSession,
+    RenewSession { round: u64, sent_mono_ms: u64 },
+    EndSession,
+    DesiredStates,
+    RefreshLimit,
+}
+
+/// Who waits for a claim's outcome.
+#[derive(Debug, Clone, Copy)]
+enum ClaimFrom {
+    Poll,
+    Hint(usize),
+}
+
+/// A dead session (or an older epoch of ours, `epoch` `None`) and its connections not tracked here.
+#[derive(Debug)]
+struct DeadSession {
+    owner: String,
+    epoch: Option<u64>,
+    listed: usize,
+    ids: Vec<String>,
+}
+
+/// The work a dead session leaves to the fleet, in balance terms: what its owner last reported
+/// less what this worker has claimed of it, and never less than what is still listed under it.
+/// A peer that claimed some of it reports them only at its next renewal; counting only what is
+/// still listed would shrink the fleet's work until then, and the survivors' shares with it.
+fn dead_work(dead: &DeadSession, sessions: &[SessionItem]) -> u64 {
+    let unclaimed = dead.ids.len() as u64;
+    let mine = (dead.listed - dead.ids.len()) as u64;
+    let reported = dead
+        .epoch
+        .and_then(|epoch| sessions.iter().find(|s| s.owner == dead.owner && s.epoch == epoch))
+        .and_then(|s| s.load)
+        .map_or(0, |l| l.held.saturating_sub(mine));
+    unclaimed.max(reported)
+}
+
+#[derive(Debug, Default)]
+struct OrphanRound {
+    page: Vec<LeaseItem>,
+    full: bool,
+    /// The session listing, once read (None: not read, or the read failed).
+    peers: Option<Vec<PeerSession>>,
+    dead_sessions: Vec<SessionItem>,
+    owned_waiting: usize,
+    owned_failed: bool,
+    dead: Vec<DeadSession>,
+    /// Claims to start, in order.
+    queue: VecDeque<(String, Source)>,
+    in_flight: usize,
+    wake_in_ms: u64,
+    own_wanted: usize,
+    own_claimed: usize,
+    takeovers: BTreeMap<String, usize>,
+}
+
+#[derive(Debug)]
+enum PollPhase {
+    Idle { at_mono_ms: u64 },
+    Page,
+    Fleet(OrphanRound),
+    Claims(OrphanRound),
+}
+
+#[derive(Debug)]
+struct HintBatch {
+    messages: Vec<HintMessage>,
+    outcomes: Vec<Option<Claim>>,
+    queue: VecDeque<usize>,
+    in_flight: usize,
+    /// A refresh of the claim limit, and when it is given up.
+    refresh_until: Option<u64>,
+}
+
+#[derive(Debug)]
+enum HintPhase {
+    Off,
+    Idle { at_mono_ms: u64 },
+    Receiving,
+    Batch(HintBatch),
+    Done,
+}
+
+#[derive(Debug)]
+enum SessionPhase {
+    /// Per-item mode.
+    Off,
+    Closed {
+        retry_at_mono_ms: u64,
+        failures: u32,
+        previous: Option<u64>,
+    },
+    Opening {
+        previous: Option<u64>,
+        failures: u32,
+    },
+    Live {
+        session: Session,
+        renewing: bool,
+    },
+    Ending,
+    Ended,
+}
+
+/// The worker engine; see the module docs.
+#[derive(Debug)]
+pub struct Engine {
+    settings: Settings,
+    config: TableConfig,
+    rng: u64,
+    now: Now,
+    next_op: OpId,
+    pending: HashMap<OpId, Pending>,
+    commands: VecDeque<Command>,
+    tracked: BTreeMap<String, Tracked>,
+    stopping: bool,
+    /// Held at the shutdown request (session mode hints them once the session has ended).
+    held_at_shutdown: Vec<String>,
+    finished: bool,
+    unsettled: BTreeSet<String>,
+    claim_limit: usize,
+    balancer: Balancer,
+    claims: u64,
+    hand_over_rounds: u64,
+    renew_session_now: bool,
+    reclaim_own: bool,
+    poll: PollPhase,
+    poll_again: bool,
+    orphan_failures: u32,
+    hints: HintPhase,
+    hint_failures: u32,
+    session: SessionPhase,
+    desired_at_mono_ms: u64,
+    desired_in_flight: bool,
+    metrics_at_mono_ms: u64,
+    totals: Totals,
+    renew_latency_ms: Vec<u64>,
+    session_renew_latency_ms: Vec<u64>,
+}
+
+impl Engine {
+    /// A worker that starts at `now`; `seed` seeds its random source (jitter, claim order).
+    pub fn new(settings: Settings, config: TableConfig, seed: u64, now: Now) -> Self {
+        let session_mode = config.mode == LeaseMode::Session;
+        let mut engine = Self {
+            claim_limit: settings.max_connections,
+            hints: if settings.hints { HintPhase::Idle { at_mono_ms: now.mono_ms } } else { HintPhase::Off },
+            session: if session_mode {
+                SessionPhase::Closed { retry_at_mono_ms: now.mono_ms, failures: 0, previous: None }
+            } else {
+                SessionPhase::Off
+            },
+            poll: PollPhase::Idle { at_mono_ms: now.mono_ms },
+            metrics_at_mono_ms: now.mono_ms + settings.metrics_interval_ms,
+            desired_at_mono_ms: 0,
+            settings,
+            config,
+            rng: seed,
+            now,
+            next_op: 1,
+            pending: HashMap::new(),
+            commands: VecDeque::new(),
+            tracked: BTreeMap::new(),
+            stopping: false,
+            held_at_shutdown: Vec::new(),
+            finished: false,
+            unsettled: BTreeSet::new(),
+            balancer: Balancer::default(),
+            claims: 0,
+            hand_over_rounds: 0,
+            renew_session_now: false,
+            reclaim_own: false,
+            poll_again: false,
+            orphan_failures: 0,
+            hint_failures: 0,
+            desired_in_flight: false,
+            totals: Totals::default(),
+            renew_latency_ms: Vec::new(),
+            session_renew_latency_ms: Vec::new(),
+        };
+        let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
+        engine.desired_at_mono_ms = now.mono_ms + phase;
+        engine.advance();
+        engine
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    /// The next thing to do, if any.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// Whether the run is over ([`Command::Finished`] was emitted).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether a shutdown was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Something happened at `now`.
+    pub fn handle(&mut self, event: Event, now: Now) {
+        self.set_now(now);
+        match event {
+            Event::Answer { op, answer } => match self.pending.remove(&op) {
+                Some(pending) => self.answered(op, pending, answer),
+                None => debug!(op, "answer to an operation no longer waited for"),
+            },
+            Event::Hints { received } => self.hints_received(received),
+            Event::HandlerEnded { id, end, reason } => self.handler_ended(&id, end, reason),
+            Event::Shutdown => self.shutdown(),
+        }
+        self.advance();
+    }
+
+    /// Time has passed: whatever was due by `now` happens.
+    pub fn handle_timeout(&mut self, now: Now) {
+        self.set_now(now);
+        self.advance();
+    }
+
+    fn set_now(&mut self, now: Now) {
+        self.now = Now { wall_ms: now.wall_ms.max(self.now.wall_ms), mono_ms: now.mono_ms.max(self.now.mono_ms) };
+    }
+
+    /// When [`Engine::handle_timeout`] is due next (monotonic ms), if anything waits on time.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.finished {
+            return None;
+        }
+        let mut at = u64::MAX;
+        let mut wake = |t: u64| at = at.min(t);
+        for t in self.tracked.values() {
+            let Tracked::Held(h) = t else { continue };
+            if let Some(abort_at) = h.abort_at {
+                wake(abort_at);
+            }
+            if h.keeping {
+                match (h.renewing, h.keeper.poll(self.now.mono_ms)) {
+                    (Some(_), _) => wake(h.keeper.deadline_mono_ms()),
+                    (None, Wake::SleepUntil(t)) => wake(t),
+                    (None, _) => wake(self.now.mono_ms),
+                }
+            }
+        }
+        if !self.stopping {
+            if let PollPhase::Idle { at_mono_ms } = self.poll {
+                wake(at_mono_ms);
+            }
+            wake(self.desired_at_mono_ms);
+            wake(self.metrics_at_mono_ms);
+        }
+        match &self.hints {
+            // A full worker waits for room (an event), not for time.
+            HintPhase::Idle { at_mono_ms } if !self.stopping && self.capacity() > 0 => wake(*at_mono_ms),
+            HintPhase::Batch(HintBatch { refresh_until: Some(t), .. }) => wake(*t),
+            _ => {}
+        }
+        match &self.session {
+            SessionPhase::Closed { retry_at_mono_ms, .. } if !self.stopping => wake(*retry_at_mono_ms),
+            SessionPhase::Live { session, renewing } => {
+                wake(session.deadline_mono_ms);
+                if !renewing {
+                    wake(session_wake_at(session, &self.config));
+                }
+            }
+            _ => {}
+        }
+        (at != u64::MAX).then_some(at)
+    }
+
+    /// A uniform draw in [0, 1) from the seeded source (SplitMix64).
+    fn unit(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn session_mode(&self) -> bool {
+        self.config.mode == LeaseMode::Session
+    }
+
+    fn balanced(&self) -> bool {
+        self.settings.balance && self.session_mode()
+    }
+
+    fn run(&mut self, request: Op, pending: Pending) -> OpId {
+        let op = self.next_op;
+        self.next_op += 1;
+        self.pending.insert(op, pending);
+        self.commands.push_back(Command::Run { op, request });
+        op
+    }
+
+    fn live_session(&self) -> Option<&Session> {
+        match &self.session {
+            SessionPhase::Live { session, .. } => Some(session),
+            _ => None,
+        }
+    }
+
+    // ---- capacity and load ----
+
+    /// Free capacity: `max_connections` less what is tracked.
+    fn capacity(&self) -> usize {
+        self.settings.max_connections.saturating_sub(self.tracked.len())
+    }
+
+    /// Claims that fit now: the free capacity, and with balance the room below the claim limit.
+    fn room(&self) -> usize {
+        let capacity = self.capacity();
+        if !self.balanced() {
+            return capacity;
+        }
+        capacity.min(self.claim_limit.saturating_sub(self.tracked.len()))
+    }
+
+    fn below_claim_limit(&self) -> bool {
+        !self.balanced() || self.tracked.len() < self.claim_limit
+    }
+
+    /// What the session reports: the work held or being claimed here (not what is being
+    /// handed over, stopped or lost) and `max_connections`.
+    pub fn load(&self) -> SessionLoad {
+        let held = self
+            .tracked
+            .values()
+            .filter(|t| match t {
+                Tracked::Claiming => true,
+                Tracked::Held(h) => counts_in_load(h.reason, h.handing_over != 0),
+            })
+            .count();
+        SessionLoad { held: held as u64, max_connections: self.settings.max_connections as u64 }
+    }
+
+    // ---- handlers and held leases ----
+
+    /// Fires the handler's token (the first reason wins) and starts its grace period.
+    fn cancel(&mut self, id: &str, reason: CancelReason) -> bool {
+        let grace = self.settings.handler_grace_ms;
+        let now = self.now.mono_ms;
+        let Some(Tracked::Held(h)) = self.tracked.get_mut(id) else { return false };
+        if h.reason.is_some() || h.ended {
+            return false;
+        }
+        h.reason = Some(reason);
+        if matches!(reason, CancelReason::Lost | CancelReason::Deadline) {
+            h.keeping = false;
+        }
+        h.abort_at = Some(now + grace);
+        self.commands.push_back(Command::CancelHandler { id: id.to_string(), reason });
+        true
+    }
+
+    fn handler_ended(&mut self, id: &str, end: HandlerEnd, seen: Option<CancelReason>) {
+        let session_mode = self.session_mode();
+        let Some(Tracked::Held(h)) = self.tracked.get_mut(id) else { return };
+        if h.ended {
+            return;
+        }
+        h.ended = true;
+        h.keeping = false;
+        h.abort_at = None;
+        // The driver's token is the authority: a checkpoint may have found the lease lost.
+        let reason = h.reason.or(seen);
+        h.reason = reason;
+        match end {
+            HandlerEnd::Returned => debug!(connection_id = %id, reason = ?reason, "handler returned"),
+            HandlerEnd::Failed => {
+                self.totals.handler_errors += 1;
+                warn!(connection_id = %id, "handler failed");
+            }
+            HandlerEnd::Panicked => {
+                self.totals.handler_panics += 1;
+                warn!(connection_id = %id, "handler panicked");
+            }
+            HandlerEnd::Aborted => {
+                warn!(connection_id = %id, grace_ms = self.settings.handler_grace_ms, "handler ignored cancellation; aborted")
+            }
+        }
+        if counts_as_lost(reason) {
+            self.totals.leases_lost += 1;
+            warn!(connection_id = %id, reason = ?reason, "lease lost");
+        }
+        // Session mode: at shutdown one session write frees everything (after every handler ended).
+        if releases_after_handler(reason, session_mode) {
+            self.run(Op::Release { id: id.to_string() }, Pending::Release { id: id.to_string() });
+        } else {
+            self.forget(id);
+        }
+    }
+
+    fn forget(&mut self, id: &str) {
+        if self.tracked.remove(id).is_some() {
+            self.commands.push_back(Command::Forget { id: id.to_string() });
+        }
+    }
+
+    /// A renewed (or new) session: every connection held under it acts until its new deadline.
+    fn cover_all(&mut self, session: &Session) {
+        let mut moved = Vec::new();
+        for (id, t) in self.tracked.iter_mut() {
+            if let Tracked::Held(h) = t {
+                if moves_with_session(h.session_epoch, h.reason, session) && !h.ended {
+                    h.keeper.cover(session.deadline_mono_ms);
+                    moved.push(id.clone());
+                }
+            }
+        }
+        for id in moved {
+            self.commands.push_back(Command::SetDeadline { id, deadline_mono_ms: session.deadline_mono_ms });
+        }
+    }
+
+    /// Rule 2 on the session: its deadline passed or it was lost: every handler stops.
+    fn lose_session(&mut self, epoch: u64) {
+        let ids: Vec<String> = self.held_ids();
+        for id in ids {
+            self.cancel(&id, CancelReason::Deadline);
+        }
+        self.session = SessionPhase::Closed { retry_at_mono_ms: self.now.mono_ms, failures: 0, previous: Some(epoch) };
+    }
+
+    fn held_ids(&self) -> Vec<String> {
+        self.tracked.iter().filter(|(_, t)| matches!(t, Tracked::Held(_))).map(|(id, _)| id.clone()).collect()
+    }
+
+    /// Picks `count` held connections to hand over and asks for a session renewal at once: it
+    /// reports them as no longer held; once it has landed their handlers are cancelled with
+    /// `HandOver` and each is released and hinted.
+    fn hand_over(&mut self, count: usize) -> usize {
+        let candidates: Vec<(String, u64, u64)> = self
+            .tracked
+            .iter()
+            .filter_map(|(id, t)| match t {
+                Tracked::Held(h) if h.reason.is_none() && h.handing_over == 0 && !h.ended => {
+                    Some((id.clone(), h.fence, h.claim_order))
+                }
+                _ => None,
+            })
+            .collect();
+        let picks = decide::hand_over_picks(&candidates, count);
+        self.hand_over_rounds += 1;
+        let round = self.hand_over_rounds;
+        for id in &picks {
+            if let Some(Tracked::Held(h)) = self.tracked.get_mut(id) {
+                h.handing_over = round;
+            }
+        }
+        if !picks.is_empty() {
+            self.renew_session_now = true;
+        }
+        picks.len()
+    }
+
+    /// A session renewal that read `round` has reported the picks up to it as gone.
+    fn start_hand_overs(&mut self, round: u64) {
+        let picked: Vec<String> = self
+            .tracked
+            .iter()
+            .filter_map(|(id, t)| match t {
+                Tracked::Held(h) if h.handing_over != 0 && h.handing_over <= round => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        for id in picked {
+            self.cancel(&id, CancelReason::HandOver);
+        }
+    }
+
+    // ---- claims ----
+
+    /// Starts a claim of `id` if it may: capacity, not ours already, within the claim limit.
+    fn try_claim(&mut self, id: &str, source: Source, from: ClaimFrom) -> Result<(), Claim> {
+        if self.capacity() == 0 {
+            return Err(Claim::NoCapacity);
+        }
+        if self.stopping {
+            return Err(Claim::Stopping);
+        }
+        if self.tracked.contains_key(id) {
+            return Err(Claim::AlreadyOurs);
+        }
+        let limited = self.balanced() && source != Source::ReclaimOwn;
+        if limited && self.tracked.len() >= self.claim_limit {
+            return Err(Claim::NoCapacity);
+        }
+        let session = match (self.session_mode(), self.live_session()) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s.clone()),
+            (true, None) => return Err(Claim::Failed),
+        };
+        let session_epoch = session.as_ref().map(|s| s.epoch);
+        self.tracked.insert(id.to_string(), Tracked::Claiming);
+        self.run(
+            Op::Claim { id: id.to_string(), session },
+            Pending::Claim { id: id.to_string(), source, session_epoch, from },
+        );
+        Ok(())
+    }
+
+    fn claim_answered(&mut self, id: String, source: Source, session_epoch: Option<u64>, answer: Answer) -> Claim {
+        self.tracked.remove(&id);
+        let lease = match answer {
+            Answer::Lease(lease) if is_fleet_work(&lease) => lease,
+            Answer::Lease(lease) => {
+                debug!(connection_id = %id, desired_state = ?lease.desired_state, "not running work, giving it back");
+                self.run(Op::ReleaseLease { lease }, Pending::GiveBack);
+                self.totals.acquire_conflicts += 1;
+                return Claim::Conflict;
+            }
+            Answer::Failed(e) => {
+                if matches!(e, Error::Timeout { outcome_unknown: true }) {
+                    self.unsettled.insert(id.clone());
+                }
+                return match claim_failure(&e) {
+                    ClaimFailure::Conflict => {
+                        debug!(connection_id = %id, source = source.as_str(), reason = %e, "claim conflict");
+                        self.totals.acquire_conflicts += 1;
+                        Claim::Conflict
+                    }
+                    ClaimFailure::Error => {
+                        warn!(connection_id = %id, source = source.as_str(), error = %e, "claim failed");
+                        self.totals.acquire_errors += 1;
+                        Claim::Failed
+                    }
+                };
+            }
+            other => {
+                warn!(connection_id = %id, answer = ?other, "unexpected answer to a claim");
+                self.totals.acquire_errors += 1;
+                return Claim::Failed;
+            }
+        };
+        let upkeep = if self.session_mode() { Upkeep::Watch } else { Upkeep::Renew };
+        let mut keeper = Keeper::new(&lease, upkeep, &self.config);
+        let fence = lease.fence;
+        let order = self.claims;
+        self.claims += 1;
+        // Session cover reaches claims in flight: a renewal that landed while the claim's answer
+        // was on its way moves this claim's deadline too.
+        let epoch_now = self.live_session().map(|s| s.epoch);
+        let outlived = self.session_mode() && claim_outlived_session(session_epoch, epoch_now);
+        let cover = self
+            .live_session()
+            .filter(|s| !outlived && moves_with_session(session_epoch, None, s))
+            .map(|s| s.deadline_mono_ms)
+            .filter(|d| *d > lease.deadline_mono_ms);
+        if let Some(deadline) = cover {
+            keeper.cover(deadline);
+        }
+        let entry = HeldEntry {
+            keeper,
+            keeping: true,
+            renewing: None,
+            session_epoch,
+            fence,
+            claim_order: order,
+            handing_over: 0,
+            reason: None,
+            abort_at: None,
+            ended: false,
+        };
+        self.tracked.insert(id.clone(), Tracked::Held(Box::new(entry)));
+        self.totals.acquired += 1;
+        info!(connection_id = %id, fence, source = source.as_str(), worker_id = %self.settings.worker_id, "claimed");
+        self.commands.push_back(Command::StartHandler { lease });
+        if let Some(deadline) = cover {
+            self.commands.push_back(Command::SetDeadline { id: id.clone(), deadline_mono_ms: deadline });
+        }
+        if self.stopping {
+            self.cancel(&id, CancelReason::Shutdown);
+        }
+        if outlived {
+            // The session was lost (or a new epoch began) while the claim was in flight.
+            self.cancel(&id, CancelReason::Deadline);
+        }
+        Claim::Claimed
+    }
+
+    // ---- answers ----
+
+    fn answered(&mut self, op: OpId, pending: Pending, answer: Answer) {
+        match pending {
+            Pending::Claim { id, source, session_epoch, from } => {
+                let outcome = self.claim_answered(id, source, session_epoch, answer);
+                self.claim_done(source, from, outcome);
+            }
+            Pending::Renew { id } => self.renewed(op, &id, answer),
+            Pending::Release { id } => {
+                let reason = match self.tracked.get(&id) {
+                    Some(Tracked::Held(h)) => h.reason,
+                    _ => None,
+                };
+                match answer {
+                    Answer::Done => {
+                        self.totals.released += 1;
+                        info!(connection_id = %id, reason = ?reason, "released");
+                        if reason == Some(CancelReason::HandOver) {
+                            self.totals.handed_over += 1;
+                        }
+                        let hinted = matches!(reason, Some(CancelReason::Shutdown | CancelReason::HandOver));
+                        if hinted && self.settings.hints {
+                            self.commands.push_back(Command::SendHint { id: id.clone() });
+                        }
+                    }
+                    Answer::Failed(Error::Lost { .. }) => {
+                        debug!(connection_id = %id, "already taken over; nothing to release")
+                    }
+                    Answer::Failed(e) => {
+                        warn!(connection_id = %id, error = %e, "release failed; the lease will expire")
+                    }
+                    other => warn!(connection_id = %id, answer = ?other, "unexpected answer to a release"),
+                }
+                self.forget(&id);
+            }
+            Pending::GiveBack => {
+                if let Answer::Failed(e) = answer {
+                    warn!(error = %e, "release of non-running work failed");
+                }
+            }
+            Pending::Settle { id } => self.settle_answered(id, answer),
+            Pending::Page => self.page_answered(answer),
+            Pending::Fleet => self.fleet_answered(answer),
+            Pending::Owned { owner, epoch } => self.owned_answered(owner, epoch, answer),
+            Pending::Retire => {
+                if let Answer::Failed(e) = answer {
+                    debug!(error = %e, "retiring a dead session failed");
+                }
+            }
+            Pending::CreateSession => self.session_created(answer),
+            Pending::RenewSession { round, sent_mono_ms } => self.session_renewed(round, sent_mono_ms, answer),
+            Pending::EndSession => {
+                match answer {
+                    Answer::Done => info!(worker_id = %self.settings.worker_id, "session ended"),
+                    Answer::Failed(e) => {
+                        warn!(worker_id = %self.settings.worker_id, error = %e, "session end failed; it will expire")
+                    }
+                    _ => {}
+                }
+                if self.settings.hints {
+                    for id in std::mem::take(&mut self.held_at_shutdown) {
+                        self.commands.push_back(Command::SendHint { id });
+                    }
+                }
+                self.session = SessionPhase::Ended;
+            }
+            Pending::DesiredStates => {
+                self.desired_in_flight = false;
+                match answer {
+                    Answer::DesiredStates(states) => {
+                        let states: HashMap<_, _> = states.into_iter().collect();
+                        for id in stopped_ids(&states) {
+                            if self.cancel(&id, CancelReason::Stopped) {
+                                info!(connection_id = %id, "stopped");
+                            }
+                        }
+                    }
+                    Answer::Failed(e) => warn!(error = %e, "desired-state check failed"),
+                    _ => {}
+                }
+            }
+            Pending::RefreshLimit => {
+                if let Answer::Sessions(sessions) = answer {
+                    let pace = self.pace_ms();
+                    let me = self.load();
+                    let limit = self.balancer.refreshed_limit(
+                        &sessions,
+                        &self.settings.worker_id,
+                        me,
+                        self.now.wall_ms,
+                        &self.config,
+                        pace,
+                    );
+                    self.claim_limit = self.claim_limit.max(limit as usize);
+                }
+                if let HintPhase::Batch(batch) = &mut self.hints {
+                    batch.refresh_until = None;
+                }
+            }
+        }
+    }
+
+    fn renewed(&mut self, op: OpId, id: &str, answer: Answer) {
+        let unit = self.unit();
+        let now = self.now.mono_ms;
+        let config = self.config.clone();
+        let Some(Tracked::Held(h)) = self.tracked.get_mut(id) else { return };
+        if h.renewing.map(|(o, _)| o) != Some(op) {
+            return;
+        }
+        let sent = h.renewing.take().map_or(now, |(_, sent)| sent);
+        if !h.keeping {
+            return;
+        }
+        let stop = match &answer {
+            Answer::Lease(lease) => {
+                if self.renew_latency_ms.len() < MAX_LATENCY_SAMPLES {
+                    self.renew_latency_ms.push(now.saturating_sub(sent));
+                }
+                h.keeper.renewed(Ok(Renewal::of(lease, &config)), now, unit)
+            }
+            Answer::Failed(e) => {
+                debug!(connection_id = %id, error = %e, "renewal failed");
+                h.keeper.renewed(Err(e), now, unit)
+            }
+            other => {
+                warn!(connection_id = %id, answer = ?other, "unexpected answer to a renewal");
+                h.keeper.renewed(Err(&Error::Store("unexpected answer".into())), now, unit)
+            }
+        };
+        match stop {
+            Some(CancelReason::Stopped) if self.cancel(id, CancelReason::Stopped) => {
+                info!(connection_id = %id, "stopped (seen on renewal)");
+            }
+            Some(CancelReason::Stopped) => {}
+            Some(reason) => {
+                self.cancel(id, reason);
+                if let Some(Tracked::Held(h)) = self.tracked.get_mut(id) {
+                    h.keeping = false;
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn settle_answered(&mut self, id: String, answer: Answer) {
+        match answer {
+            Answer::Item(Some(item)) => {
+                let ours = item.owner.as_deref() == Some(self.settings.worker_id.as_str());
+                if !ours || item.expires_at_ms == Some(0) || self.tracked.contains_key(&id) {
+                    return;
+                }
+                let lease = Lease::from_item(item, &self.settings.worker_id, self.now.mono_ms, &self.config);
+                info!(connection_id = %id, fence = lease.fence, "a claim whose answer was lost had landed: releasing");
+                self.run(Op::ReleaseLease { lease }, Pending::GiveBack);
+            }
+            Answer::Item(None) => {}
+            _ => {
+                debug!(connection_id = %id, "re-read of an unknown claim failed, trying again");
+                self.unsettled.insert(id);
+            }
+        }
+    }
+
+    // ---- the orphan poll ----
+
+    fn pace_ms(&self) -> u64 {
+        balance_pace_ms(self.config.renew_ms(), self.settings.orphan_interval_ms)
+    }
+
+    fn start_poll(&mut self) {
+        // A claim whose answer was lost may still have landed: read it again.
+        for id in std::mem::take(&mut self.unsettled) {
+            if !self.tracked.contains_key(&id) {
+                self.run(Op::Get { id: id.clone() }, Pending::Settle { id });
+            }
+        }
+        let interval = self.settings.orphan_interval_ms;
+        let capacity = self.capacity();
+        // Session mode polls even when full: the poll also decides the balance.
+        if capacity == 0 && !self.session_mode() {
+            let wait = jittered_ms(interval, self.unit());
+            self.poll = PollPhase::Idle { at_mono_ms: self.now.mono_ms + wait };
+            return;
+        }
+        let cutoff_ms = orphan_query_cutoff(self.now.wall_ms, &self.config, interval);
+        // With balance every orphan counts as the fleet's work, not only those that fit here.
+        let page_size = if self.balanced() { self.settings.max_connections } else { capacity.max(1) };
+        self.run(Op::OrphansPage { cutoff_ms, page_size }, Pending::Page);
+        self.poll = PollPhase::Page;
+    }
+
+    fn poll_failed(&mut self, e: &Error) {
+        warn!(error = %e, "orphan query failed");
+        self.orphan_failures += 1;
+        let wait = orphan_retry_ms(self.orphan_failures, self.settings.orphan_interval_ms, self.unit());
+        self.poll = PollPhase::Idle { at_mono_ms: self.now.mono_ms + wait };
+    }
+
+    fn page_answered(&mut self, answer: Answer) {
+        if !matches!(self.poll, PollPhase::Page) {
+            return;
+        }
+        let (items, full) = match answer {
+            Answer::Orphans { items, full } => (items, full),
+            Answer::Failed(e) => return self.poll_failed(&e),
+            other => return self.poll_failed(&Error::Store(format!("unexpected answer {other:?}"))),
+        };
+        self.totals.orphan_polls += 1;
+        let round = OrphanRound { page: items, full, ..OrphanRound::default() };
+        if self.session_mode() && self.live_session().is_some() {
+            self.run(Op::Sessions, Pending::Fleet);
+            self.poll = PollPhase::Fleet(round);
+        } else {
+            self.plan_round(round);
+        }
+    }
+
+    fn fleet_answered(&mut self, answer: Answer) {
+        if !matches!(self.poll, PollPhase::Fleet(_)) {
+            return;
+        }
+        let PollPhase::Fleet(mut round) = std::mem::replace(&mut self.poll, PollPhase::Page) else { return };
+        let sessions = match answer {
+            Answer::Sessions(sessions) => sessions,
+            other => {
+                // A failed read of the fleet leaves the limit as it was; the orphans are still claimed.
+                warn!(answer = ?other, "reading the sessions failed");
+                return self.plan_round(round);
+            }
+        };
+        let (peers, dead) =
+            self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
+        round.peers = Some(peers);
+        let reclaim_own = std::mem::take(&mut self.reclaim_own);
+        for (owner, epoch) in dead_session_owners(&dead, &self.settings.worker_id, reclaim_own) {
+            self.run(Op::OwnedBy { owner: owner.clone() }, Pending::Owned { owner, epoch });
+            round.owned_waiting += 1;
+        }
+        round.dead_sessions = dead;
+        if round.owned_waiting == 0 {
+            self.plan_round(round);
+        } else {
+            self.poll = PollPhase::Fleet(round);
+        }
+    }
+
+    fn owned_answered(&mut self, owner: String, epoch: Option<u64>, answer: Answer) {
+        let PollPhase::Fleet(round) = &mut self.poll else { return };
+        round.owned_waiting -= 1;
+        match answer {
+            Answer::Owned(items) => {
+                let listed = items.len();
+                let ids = items.into_iter().map(|i| i.id).filter(|id| !self.tracked.contains_key(id)).collect();
+                round.dead.push(DeadSession { owner, epoch, listed, ids });
+            }
+            other => {
+                warn!(answer = ?other, "reading a dead session's work failed");
+                round.owned_failed = true;
+            }
+        }
+        if round.owned_waiting == 0 {
+            let PollPhase::Fleet(mut round) = std::mem::replace(&mut self.poll, PollPhase::Page) else { return };
+            if round.owned_failed {
+                // As one failed read of the fleet: no balance, no dead sessions this time (our
+                // own earlier work is looked for again next time).
+                if round.dead.iter().any(|d| d.epoch.is_none()) || round.dead_sessions.is_empty() {
+                    self.reclaim_own = true;
+                }
+                round.peers = None;
+                round.dead.clear();
+            }
+            // Keep the owners' order stable.
+            round.dead.sort_by(|a, b| (a.epoch.is_none(), &a.owner).cmp(&(b.epoch.is_none(), &b.owner)));
+            self.plan_round(round);
+        }
+    }
+
+    /// The page (and the fleet) are read: balance, then queue the claims.
+    fn plan_round(&mut self, mut round: OrphanRound) {
+        if self.stopping {
+            self.poll = PollPhase::Idle { at_mono_ms: u64::MAX };
+            return;
+        }
+        self.orphan_failures = 0;
+        let own = self.settings.worker_id.clone();
+        if let (Some(peers), true) = (round.peers.as_ref(), self.balanced()) {
+            let tracked = &self.tracked;
+            let (unowned, in_flight) =
+                orphan_counts(&round.page, self.now.wall_ms, &self.config, &own, |id| tracked.contains_key(id));
+            let dead_work: u64 = round.dead.iter().map(|d| dead_work(d, &round.dead_sessions)).sum();
+            let peers = peers.clone();
+            self.balance(&peers, unowned + dead_work, in_flight);
+        }
+        let capacity = if self.balanced() { self.capacity() } else { self.room() };
+        let poll = OrphanPoll {
+            items: &round.page,
+            page_was_full: round.full,
+            now_ms: self.now.wall_ms,
+            capacity,
+            interval_ms: self.settings.orphan_interval_ms,
+            unit: self.unit(),
+        };
+        let tracked = &self.tracked;
+        let plan = plan_orphans(&poll, &self.config, |id| tracked.contains_key(id));
+        round.wake_in_ms = plan.wake_in_ms;
+        let mut claim = plan.claim;
+        if self.balanced() {
+            // Claimers racing over one list in one order would mostly collide.
+            self.shuffle(&mut claim);
+        }
+        round.queue.extend(claim.into_iter().map(|id| (id, Source::Orphan)));
+        if self.session_mode() {
+            for dead in std::mem::take(&mut round.dead) {
+                if dead.listed == 0 {
+                    if let Some(epoch) = dead.epoch {
+                        self.run(Op::RetireSession { owner: dead.owner.clone(), epoch }, Pending::Retire);
+                    }
+                    continue;
+                }
+                let own_work = dead.epoch.is_none();
+                let source = if own_work { Source::ReclaimOwn } else { Source::DeadSession };
+                let mut ids = dead.ids;
+                if self.balanced() {
+                    self.shuffle(&mut ids);
+                }
+                if own_work {
+                    round.own_wanted += ids.len();
+                }
+                round.queue.extend(ids.into_iter().map(|id| (id, source)));
+            }
+        }
+        self.poll = PollPhase::Claims(round);
+    }
+
+    fn shuffle(&mut self, ids: &mut [String]) {
+        for i in (1..ids.len()).rev() {
+            let j = (self.unit() * (i + 1) as f64) as usize;
+            ids.swap(i, j.min(i));
+        }
+    }
+
+    /// Sets the claim limit from the fleet's load and, paced, hands a few connections over when
+    /// this worker is above its share while another is short of its own.
+    fn balance(&mut self, peers: &[PeerSession], unowned: u64, in_flight: u64) {
+        let pace = self.pace_ms();
+        let view = FleetView { me: self.load(), peers, unowned, in_flight };
+        let step = self.balancer.step(&view, self.now.mono_ms, pace);
+        self.claim_limit = step.claim_limit as usize;
+        let (Some(share), count) = (step.share, step.hand_over) else { return };
+        if count > 0 && !self.stopping {
+            let n = self.hand_over(count as usize);
+            info!(
+                worker_id = %self.settings.worker_id, handing_over = n, share = share.mine, work = share.work,
+                sessions = peers.len() + 1, "above the fair share: handing over"
+            );
+        }
+    }
+
+    /// Starts the round's claims that fit, at most [`CLAIM_CONCURRENCY`] in flight; a claim
+    /// lost to another worker frees its room for the next.
+    fn drive_poll_claims(&mut self) {
+        if !matches!(self.poll, PollPhase::Claims(_)) {
+            return;
+        }
+        let PollPhase::Claims(mut round) = std::mem::replace(&mut self.poll, PollPhase::Page) else { return };
+        while round.in_flight < CLAIM_CONCURRENCY && !self.stopping {
+            let Some((id, source)) = round.queue.front().cloned() else { break };
+            if source != Source::ReclaimOwn && self.room() == 0 {
+                if round.in_flight > 0 {
+                    break; // one in flight may fail and free room
+                }
+                // No room: what is left of others' work waits for the next poll.
+                round.queue.retain(|(_, s)| *s == Source::ReclaimOwn);
+                continue;
+            }
+            round.queue.pop_front();
+            match self.try_claim(&id, source, ClaimFrom::Poll) {
+                Ok(()) => round.in_flight += 1,
+                Err(Claim::Stopping) => round.queue.clear(),
+                Err(_) => {}
+            }
+        }
+        if self.stopping {
+            round.queue.clear();
+        }
+        if round.queue.is_empty() && round.in_flight == 0 {
+            self.end_round(round);
+        } else {
+            self.poll = PollPhase::Claims(round);
+        }
+    }
+
+    fn end_round(&mut self, round: OrphanRound) {
+        if round.own_claimed < round.own_wanted {
+            // Some of our earlier work is still listed under us: look again at the next poll.
+            self.reclaim_own = true;
+        }
+        for (owner, claimed) in &round.takeovers {
+            info!(owner = %owner, claimed, "took over a dead session's work");
+        }
+        let at = if self.poll_again { self.now.mono_ms } else { self.now.mono_ms + round.wake_in_ms };
+        self.poll_again = false;
+        self.poll = PollPhase::Idle { at_mono_ms: at };
+    }
+
+    fn claim_done(&mut self, source: Source, from: ClaimFrom, outcome: Claim) {
+        match from {
+            ClaimFrom::Poll => {
+                let PollPhase::Claims(round) = &mut self.poll else { return };
+                round.in_flight -= 1;
+                if outcome == Claim::Claimed {
+                    match source {
+                        Source::ReclaimOwn => {
+                            round.own_claimed += 1;
+                            self.totals.session_takeovers += 1;
+                        }
+                        Source::DeadSession => self.totals.session_takeovers += 1,
+                        _ => {}
+                    }
+                    if source == Source::DeadSession {
+                        *round.takeovers.entry("dead session".into()).or_default() += 1;
+                    }
+                }
+            }
+            ClaimFrom::Hint(i) => {
+                if let HintPhase::Batch(batch) = &mut self.hints {
+                    batch.in_flight -= 1;
+                    if let Some(slot) = batch.outcomes.get_mut(i) {
+                        *slot = Some(outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wakes the orphan poll now (hints arrived, a new epoch began).
+    fn poll_orphans_now(&mut self) {
+        match &mut self.poll {
+            PollPhase::Idle { at_mono_ms } => *at_mono_ms = (*at_mono_ms).min(self.now.mono_ms),
+            _ => self.poll_again = true,
+        }
+    }
+
+    // ---- hints ----
+
+    fn hints_received(&mut self, received: Result<Vec<HintMessage>, String>) {
+        if !matches!(self.hints, HintPhase::Receiving) {
+            return;
+        }
+        let messages = match received {
+            Ok(messages) => {
+                self.hint_failures = 0;
+                messages
+            }
+            Err(error) => {
+                self.hint_failures += 1;
+                let delay = hint_retry_ms(self.hint_failures, self.unit());
+                warn!(%error, retry_in_ms = delay, "hint receive failed");
+                self.hints = HintPhase::Idle { at_mono_ms: self.now.mono_ms + delay };
+                return;
+            }
+        };
+        if messages.is_empty() {
+            self.hints = HintPhase::Idle { at_mono_ms: self.now.mono_ms };
+            return;
+        }
+        self.totals.hints_received += messages.len() as u64;
+        // Hints come in tens: one index query finds all the work they point at. At the fair
+        // share, one read of the sessions first says whether the share has grown.
+        self.poll_orphans_now();
+        let mut batch = HintBatch {
+            outcomes: vec![None; messages.len()],
+            queue: (0..messages.len()).collect(),
+            messages,
+            in_flight: 0,
+            refresh_until: None,
+        };
+        if !self.below_claim_limit() && !self.stopping {
+            self.run(Op::Sessions, Pending::RefreshLimit);
+            batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
+        }
+        self.hints = HintPhase::Batch(batch);
+    }
+
+    fn drive_hints(&mut self) {
+        match &self.hints {
+            HintPhase::Idle { at_mono_ms } => {
+                if self.stopping {
+                    self.hints = HintPhase::Done;
+                    return;
+                }
+                // Only take hints while there is room: a full worker leaves them to the others.
+                if *at_mono_ms > self.now.mono_ms || self.capacity() == 0 {
+                    return;
+                }
+                let max = hint_batch_size(self.room().max(1)) as usize;
+                self.commands.push_back(Command::ReceiveHints { max, wait_ms: self.settings.hint_wait_ms });
+                self.hints = HintPhase::Receiving;
+            }
+            HintPhase::Batch(batch) => {
+                if let Some(until) = batch.refresh_until {
+                    if until > self.now.mono_ms {
+                        return;
+                    }
+                }
+                let HintPhase::Batch(mut batch) = std::mem::replace(&mut self.hints, HintPhase::Receiving) else {
+                    return;
+                };
+                batch.refresh_until = None;
+                while batch.in_flight < HINT_CLAIM_CONCURRENCY {
+                    let Some(i) = batch.queue.pop_front() else { break };
+                    let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
+                        Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i)) {
+                            Ok(()) => {
+                                batch.in_flight += 1;
+                                continue;
+                            }
+                            Err(outcome) => outcome,
+                        },
+                        Some(Err(e)) => {
+                            warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
+                            Claim::Failed
+                        }
+                        None => Claim::Failed,
+                    };
+                    batch.outcomes[i] = Some(outcome);
+                }
+                if batch.queue.is_empty() && batch.in_flight == 0 {
+                    self.settle_hints(batch);
+                } else {
+                    self.hints = HintPhase::Batch(batch);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Deletes every handled hint (claimed or not: it was only a hint); a hint this worker had
+    /// no room for is made visible again at once, for another worker.
+    fn settle_hints(&mut self, batch: HintBatch) {
+        let mut delete = Vec::new();
+        let mut give_back = Vec::new();
+        for (m, outcome) in batch.messages.into_iter().zip(batch.outcomes) {
+            if matches!(outcome, Some(Claim::NoCapacity | Claim::Stopping)) {
+                give_back.push(m.receipt);
+            } else {
+                delete.push(m.receipt);
+            }
+        }
+        self.commands.push_back(Command::SettleHints { delete, give_back });
+        self.hints = if self.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms: self.now.mono_ms } };
+    }
+
+    // ---- the session ----
+
+    fn session_created(&mut self, answer: Answer) {
+        let SessionPhase::Opening { previous, failures } = self.session else { return };
+        match answer {
+            Answer::Session(session) => {
+                info!(worker_id = %self.settings.worker_id, epoch = session.epoch, "session opened");
+                self.cover_all(&session);
+                self.session = SessionPhase::Live { session, renewing: false };
+                // Work of an earlier epoch of ours is claimed back like a dead session's.
+                self.reclaim_own = true;
+                self.poll_orphans_now();
+            }
+            Answer::Failed(e) => {
+                // Our own session of an earlier run that still lives by rule 1 is waited out.
+                let unit = self.unit();
+                let wait = session_retry_ms(&e, failures, self.now.wall_ms, &self.config, unit);
+                warn!(worker_id = %self.settings.worker_id, error = %e, wait_ms = wait, "session not opened");
+                self.session = SessionPhase::Closed {
+                    retry_at_mono_ms: self.now.mono_ms + wait,
+                    failures: failures + 1,
+                    previous,
+                };
+            }
+            other => {
+                warn!(answer = ?other, "unexpected answer to a session");
+                self.session =
+                    SessionPhase::Closed { retry_at_mono_ms: self.now.mono_ms, failures: failures + 1, previous };
+            }
+        }
+    }
+
+    fn session_renewed(&mut self, round: u64, sent_mono_ms: u64, answer: Answer) {
+        let SessionPhase::Live { session, renewing: true } = &self.session else { return };
+        let epoch = session.epoch;
+        match answer {
+            Answer::Session(renewed) if !renewed.is_past_deadline(self.now.mono_ms) => {
+                if self.session_renew_latency_ms.len() < MAX_LATENCY_SAMPLES {
+                    self.session_renew_latency_ms.push(self.now.mono_ms.saturating_sub(sent_mono_ms));
+                }
+                self.cover_all(&renewed);
+                self.session = SessionPhase::Live { session: renewed, renewing: false };
+                self.start_hand_overs(round);
+            }
+            other => {
+                let error = match other {
+                    Answer::Failed(e) => e.to_string(),
+                    _ => "past its deadline".to_string(),
+                };
+                warn!(worker_id = %self.settings.worker_id, epoch, %error, "session lost");
+                self.lose_session(epoch);
+            }
+        }
+    }
+
+    fn drive_session(&mut self) {
+        let now = self.now.mono_ms;
+        match &self.session {
+            SessionPhase::Closed { retry_at_mono_ms, failures, previous } => {
+                if self.stopping {
+                    if self.tracked.is_empty() {
+                        self.session = SessionPhase::Ended;
+                    }
+                    return;
+                }
+                if *retry_at_mono_ms <= now {
+                    let (failures, previous) = (*failures, *previous);
+                    self.run(Op::CreateSession { previous }, Pending::CreateSession);
+                    self.session = SessionPhase::Opening { previous, failures };
+                }
+            }
+            SessionPhase::Live { session, renewing } => {
+                let session = session.clone();
+                if now >= session.deadline_mono_ms {
+                    warn!(worker_id = %self.settings.worker_id, epoch = session.epoch, "session past its deadline");
+                    self.lose_session(session.epoch);
+                    return;
+                }
+                if *renewing {
+                    return;
+                }
+                if self.stopping && self.tracked.is_empty() {
+                    // One write frees everything still held, then the work is hinted.
+                    let load = SessionLoad {
+                        held: self.held_at_shutdown.len() as u64,
+                        max_connections: self.settings.max_connections as u64,
+                    };
+                    self.run(Op::EndSession { session, load }, Pending::EndSession);
+                    self.session = SessionPhase::Ending;
+                    return;
+                }
+                if now >= session_wake_at(&session, &self.config) || self.renew_session_now {
+                    self.renew_session_now = false;
+                    // The round first: a pick made after the load was read waits for the next renewal.
+                    let round = self.hand_over_rounds;
+                    let load = self.load();
+                    let until_mono_ms = session.deadline_mono_ms;
+                    self.run(
+                        Op::RenewSession { session, load, until_mono_ms },
+                        Pending::RenewSession { round, sent_mono_ms: now },
+                    );
+                    if let SessionPhase::Live { renewing, .. } = &mut self.session {
+                        *renewing = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- shutdown ----
+
+    fn shutdown(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.held_at_shutdown = self.held_ids();
+        info!(worker_id = %self.settings.worker_id, held = self.held_at_shutdown.len(), "shutting down");
+        for id in self.held_at_shutdown.clone() {
+            self.cancel(&id, CancelReason::Shutdown);
+        }
+        // Reads in flight are not waited for.
+        if matches!(self.poll, PollPhase::Page | PollPhase::Fleet(_)) {
+            self.poll = PollPhase::Idle { at_mono_ms: u64::MAX };
+        }
+        self.pending.retain(|_, p| {
+            !matches!(
+                p,
+                Pending::Page
+                    | Pending::Fleet
+                    | Pending::Owned { .. }
+                    | Pending::DesiredStates
+                    | Pending::Settle { .. }
+            )
+        });
+        if let HintPhase::Idle { .. } = self.hints {
+            self.hints = HintPhase::Done;
+        }
+    }
+
+    fn drive_shutdown(&mut self) {
+        if !self.stopping || self.finished {
+            return;
+        }
+        let hints_done = matches!(self.hints, HintPhase::Off | HintPhase::Done);
+        let session_done = matches!(self.session, SessionPhase::Off | SessionPhase::Ended);
+        let poll_done = !matches!(self.poll, PollPhase::Claims(_));
+        // Writes still in flight (releases, give-backs) are waited for by the driver.
+        if self.tracked.is_empty() && hints_done && session_done && poll_done {
+            self.commands.push_back(Command::EmitMetrics);
+            self.finished = true;
+            info!(worker_id = %self.settings.worker_id, released = self.totals.released, "worker stopped");
+            self.commands.push_back(Command::Finished);
+        }
+    }
+
+    // ---- time ----
+
+    /// Starts whatever is due or possible now.
+    fn advance(&mut self) {
+        if self.finished {
+            return;
+        }
+        let now = self.now.mono_ms;
+        // Held leases: deadlines, renewals, aborts.
+        let mut deadline = Vec::new();
+        let mut renew = Vec::new();
+        let mut abort = Vec::new();
+        for (id, t) in self.tracked.iter_mut() {
+            let Tracked::Held(h) = t else { continue };
+            if h.abort_at.is_some_and(|at| at <= now) && !h.ended {
+                h.abort_at = None;
+                abort.push(id.clone());
+            }
+            if !h.keeping {
+                continue;
+            }
+            match h.keeper.poll(now) {
+                Wake::Deadline => deadline.push(id.clone()),
+                Wake::Renew { until_mono_ms } if h.renewing.is_none() && h.keeper.upkeep() == Upkeep::Renew => {
+                    renew.push((id.clone(), until_mono_ms))
+                }
+                _ => {}
+            }
+        }
+        for id in abort {
+            self.commands.push_back(Command::AbortHandler { id });
+        }
+        for id in deadline {
+            if !self.cancel(&id, CancelReason::Deadline) {
+                if let Some(Tracked::Held(h)) = self.tracked.get_mut(&id) {
+                    h.keeping = false;
+                }
+            }
+        }
+        for (id, until_mono_ms) in renew {
+            let op = self.run(Op::Renew { id: id.clone(), until_mono_ms }, Pending::Renew { id: id.clone() });
+            if let Some(Tracked::Held(h)) = self.tracked.get_mut(&id) {
+                h.renewing = Some((op, now));
+            }
+        }
+        self.drive_session();
+        if !self.stopping {
+            if matches!(self.poll, PollPhase::Idle { at_mono_ms } if at_mono_ms <= now) {
+                self.start_poll();
+            }
+            if self.desired_at_mono_ms <= now {
+                let interval = self.settings.desired_state_interval_ms;
+                // The period is exact; a late tick moves the next one (no burst of catch-ups).
+                self.desired_at_mono_ms = (self.desired_at_mono_ms + interval).max(now + 1);
+                let ids = self.held_ids();
+                if !ids.is_empty() && !self.desired_in_flight {
+                    self.desired_in_flight = true;
+                    self.run(Op::DesiredStates { ids }, Pending::DesiredStates);
+                }
+            }
+            if self.metrics_at_mono_ms <= now {
+                self.metrics_at_mono_ms = (self.metrics_at_mono_ms + self.settings.metrics_interval_ms).max(now + 1);
+                self.commands.push_back(Command::EmitMetrics);
+            }
+        }
+        self.drive_poll_claims();
+        self.drive_hints();
+        // A claim may have ended a round or a batch that the drivers above started.
+        self.drive_session();
+        self.drive_shutdown();
+    }
+
+    // ---- reports ----
+
+    /// The counters, what is held, and the latencies since the last call.
+    pub fn take_metrics(&mut self) -> Metrics {
+        Metrics {
+            totals: self.totals,
+            held: self.held_ids().len(),
+            session_live: self.live_session().is_some(),
+            renew_latency_ms: std::mem::take(&mut self.renew_latency_ms),
+            session_renew_latency_ms: std::mem::take(&mut self.session_renew_latency_ms),
+        }
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    pub fn snapshot(&self) -> WorkerSnapshot {
+        let c = self.totals;
+        WorkerSnapshot {
+            worker_id: self.settings.worker_id.clone(),
+            max_connections: self.settings.max_connections,
+            held: self.held_ids(),
+            acquired: c.acquired,
+            acquire_conflicts: c.acquire_conflicts,
+            acquire_errors: c.acquire_errors,
+            leases_lost: c.leases_lost,
+            released: c.released,
+            handler_errors: c.handler_errors,
+            handler_panics: c.handler_panics,
+            orphan_polls: c.orphan_polls,
+            hints_received: c.hints_received,
+            session_epoch: self.live_session().map(|s| s.epoch),
+            session_takeovers: c.session_takeovers,
+            handed_over: c.handed_over,
+            claim_limit: self.balanced().then_some(self.claim_limit),
+            stopping: self.stopping,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

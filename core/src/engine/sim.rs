@@ -1,0 +1,385 @@
+//! A fleet of engines on one [`MemoryStore`], driven on a [`ManualClock`]: deterministic, no
+//! tokio, no threads. Each worker's commands run against the store at once and their answers
+//! arrive after a latency; handlers return a moment after their token fires; hints go through
+//! an in-memory queue. Used by the engine's tests and the fleet simulation in `make bench`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+
+use super::{Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, Op, Settings};
+use crate::engine::decide::CancelReason;
+use crate::{Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
+
+/// Runs a memory-store future to its end: the memory store never waits on anything.
+pub fn block_on<T>(future: impl Future<Output = T>) -> T {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1_000 {
+        if let std::task::Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+    panic!("a memory-store future did not complete");
+}
+
+/// One command as a worker emitted it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emitted {
+    pub at_mono_ms: u64,
+    pub worker: usize,
+    pub command: Command,
+}
+
+/// A simulated worker.
+#[derive(Debug)]
+pub struct Node {
+    pub engine: Engine,
+    /// The driver's copies of the held leases.
+    copies: HashMap<String, Lease>,
+    /// Handlers running, and whether each ignores its cancellation.
+    running: HashMap<String, bool>,
+    pub alive: bool,
+    pub finished: bool,
+}
+
+/// Faults and timing of the simulated store and handlers.
+#[derive(Debug, Clone)]
+pub struct Behaviour {
+    /// How long every answer takes.
+    pub latency_ms: u64,
+    /// Claims land at once but their answers take this much longer.
+    pub claim_answer_delay_ms: u64,
+    /// How long a handler takes to return once cancelled.
+    pub handler_stop_ms: u64,
+    /// Handlers of these ids ignore their cancellation.
+    pub stubborn: Vec<String>,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self { latency_ms: 5, claim_answer_delay_ms: 0, handler_stop_ms: 10, stubborn: Vec::new() }
+    }
+}
+
+/// The fleet; see the module docs.
+#[derive(Debug)]
+pub struct Sim {
+    pub clock: Arc<ManualClock>,
+    pub store: Arc<MemoryStore>,
+    pub nodes: Vec<Node>,
+    pub behaviour: Behaviour,
+    /// Events waiting to be delivered: (time, order) → (worker, event).
+    queue: BTreeMap<(u64, u64), (usize, Event)>,
+    order: u64,
+    /// The hint queue: visible messages, and those received and not settled, by receipt.
+    hints: VecDeque<String>,
+    hints_in_flight: HashMap<String, String>,
+    receipts: u64,
+    /// Every command emitted, in order.
+    pub log: Vec<Emitted>,
+    pub keep_log: bool,
+    /// Store operations run, by kind.
+    pub ops: BTreeMap<&'static str, u64>,
+    /// With `record_inputs`: every input each worker handled, in order (for trace vectors).
+    pub inputs: Vec<(usize, Now, Option<Event>)>,
+    pub record_inputs: bool,
+}
+
+impl Sim {
+    pub fn new(config: TableConfig, wall_start_ms: u64) -> Self {
+        let clock = Arc::new(ManualClock::new(wall_start_ms));
+        let store = Arc::new(MemoryStore::new(config, clock.clone()).expect("config"));
+        Self {
+            clock,
+            store,
+            nodes: Vec::new(),
+            behaviour: Behaviour::default(),
+            queue: BTreeMap::new(),
+            order: 0,
+            hints: VecDeque::new(),
+            hints_in_flight: HashMap::new(),
+            receipts: 0,
+            log: Vec::new(),
+            keep_log: true,
+            ops: BTreeMap::new(),
+            inputs: Vec::new(),
+            record_inputs: false,
+        }
+    }
+
+    pub fn now(&self) -> Now {
+        Now { wall_ms: self.clock.now_ms(), mono_ms: self.clock.monotonic_ms() }
+    }
+
+    /// Adds a worker; returns its index.
+    pub fn spawn(&mut self, settings: Settings, seed: u64) -> usize {
+        let engine = Engine::new(settings, self.store.config().clone(), seed, self.now());
+        self.nodes.push(Node { engine, copies: HashMap::new(), running: HashMap::new(), alive: true, finished: false });
+        let i = self.nodes.len() - 1;
+        self.drain(i);
+        i
+    }
+
+    /// The worker dies at once: nothing of it runs any more, nothing is released.
+    pub fn crash(&mut self, worker: usize) {
+        self.nodes[worker].alive = false;
+        self.queue.retain(|_, (w, _)| *w != worker);
+    }
+
+    pub fn shutdown(&mut self, worker: usize) {
+        self.deliver(worker, Event::Shutdown);
+    }
+
+    /// Puts a hint for `id` on the queue.
+    pub fn send_hint(&mut self, id: &str) {
+        self.hints.push_back(crate::Hint::new(id).to_json());
+    }
+
+    fn deliver(&mut self, worker: usize, event: Event) {
+        let now = self.now();
+        if self.nodes[worker].alive && !self.nodes[worker].finished {
+            if self.record_inputs {
+                self.inputs.push((worker, now, Some(super::trace::clone_event(&event))));
+            }
+            self.nodes[worker].engine.handle(event, now);
+            self.drain(worker);
+        }
+    }
+
+    fn later(&mut self, worker: usize, after_ms: u64, event: Event) {
+        self.order += 1;
+        self.queue.insert((self.clock.monotonic_ms() + after_ms, self.order), (worker, event));
+    }
+
+    /// Runs until the monotonic clock reaches `until_mono_ms`.
+    pub fn run_until(&mut self, until_mono_ms: u64) {
+        loop {
+            let now = self.clock.monotonic_ms();
+            let next_event = self.queue.keys().next().map(|k| k.0);
+            let next_timer =
+                self.nodes.iter().filter(|n| n.alive && !n.finished).filter_map(|n| n.engine.poll_timeout()).min();
+            let next = match (next_event, next_timer) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(u64::MAX),
+            }
+            .max(now);
+            if next > until_mono_ms {
+                self.clock.advance(until_mono_ms.saturating_sub(now));
+                return;
+            }
+            self.clock.advance(next - now);
+            while let Some(entry) = self.queue.first_entry() {
+                if entry.key().0 > next {
+                    break;
+                }
+                let (worker, event) = entry.remove();
+                self.deliver(worker, event);
+            }
+            for i in 0..self.nodes.len() {
+                let node = &self.nodes[i];
+                if node.alive && !node.finished && node.engine.poll_timeout().is_some_and(|t| t <= next) {
+                    let now = self.now();
+                    if self.record_inputs {
+                        self.inputs.push((i, now, None));
+                    }
+                    self.nodes[i].engine.handle_timeout(now);
+                    self.drain(i);
+                }
+            }
+        }
+    }
+
+    /// Runs until `done` holds (checked after every step) or `until_mono_ms`; returns whether it held.
+    pub fn run_while(&mut self, until_mono_ms: u64, step_ms: u64, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        while self.clock.monotonic_ms() < until_mono_ms {
+            if done(self) {
+                return true;
+            }
+            let to = (self.clock.monotonic_ms() + step_ms).min(until_mono_ms);
+            self.run_until(to);
+        }
+        done(self)
+    }
+
+    fn drain(&mut self, worker: usize) {
+        while let Some(command) = self.nodes[worker].engine.poll_command() {
+            if self.keep_log {
+                self.log.push(Emitted { at_mono_ms: self.clock.monotonic_ms(), worker, command: command.clone() });
+            }
+            self.execute(worker, command);
+        }
+    }
+
+    fn execute(&mut self, worker: usize, command: Command) {
+        let b = self.behaviour.clone();
+        match command {
+            Command::Run { op, request } => {
+                let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
+                let answer = self.answer(worker, request);
+                self.later(worker, b.latency_ms + delay, Event::Answer { op, answer });
+            }
+            Command::StartHandler { lease } => {
+                let stubborn = b.stubborn.contains(&lease.id);
+                let node = &mut self.nodes[worker];
+                node.running.insert(lease.id.clone(), stubborn);
+                node.copies.insert(lease.id.clone(), lease);
+            }
+            Command::CancelHandler { id, reason } => {
+                if self.nodes[worker].running.get(&id) == Some(&false) {
+                    let end = Event::HandlerEnded { id, end: HandlerEnd::Returned, reason: Some(reason) };
+                    self.later(worker, b.handler_stop_ms, end);
+                }
+            }
+            Command::AbortHandler { id } => {
+                if self.nodes[worker].running.remove(&id).is_some() {
+                    self.later(worker, 0, Event::HandlerEnded { id, end: HandlerEnd::Aborted, reason: None });
+                }
+            }
+            Command::SetDeadline { id, deadline_mono_ms } => {
+                if let Some(copy) = self.nodes[worker].copies.get_mut(&id) {
+                    copy.deadline_mono_ms = copy.deadline_mono_ms.max(deadline_mono_ms);
+                }
+            }
+            Command::Forget { id } => {
+                let node = &mut self.nodes[worker];
+                node.copies.remove(&id);
+                node.running.remove(&id);
+            }
+            Command::ReceiveHints { max, wait_ms } => {
+                let mut received = Vec::new();
+                while received.len() < max {
+                    let Some(body) = self.hints.pop_front() else { break };
+                    self.receipts += 1;
+                    let receipt = format!("r{}", self.receipts);
+                    self.hints_in_flight.insert(receipt.clone(), body.clone());
+                    received.push(HintMessage { receipt, body: Some(body) });
+                }
+                let after = if received.is_empty() { wait_ms } else { b.latency_ms };
+                self.later(worker, after, Event::Hints { received: Ok(received) });
+            }
+            Command::SettleHints { delete, give_back } => {
+                for r in delete {
+                    self.hints_in_flight.remove(&r);
+                }
+                for r in give_back {
+                    if let Some(body) = self.hints_in_flight.remove(&r) {
+                        self.hints.push_back(body);
+                    }
+                }
+            }
+            Command::SendHint { id } => self.send_hint(&id),
+            Command::EmitMetrics => {
+                self.nodes[worker].engine.take_metrics();
+            }
+            Command::Finished => self.nodes[worker].finished = true,
+        }
+    }
+
+    fn answer(&mut self, worker: usize, request: Op) -> Answer {
+        let store = self.store.clone();
+        let owner = self.nodes[worker].engine.settings().worker_id.clone();
+        let kind = match &request {
+            Op::Claim { .. } => "claim",
+            Op::Renew { .. } => "renew",
+            Op::Release { .. } | Op::ReleaseLease { .. } => "release",
+            Op::Get { .. } => "get",
+            Op::OrphansPage { .. } => "orphans",
+            Op::Sessions => "sessions",
+            Op::OwnedBy { .. } => "owned_by",
+            Op::RetireSession { .. } => "retire_session",
+            Op::CreateSession { .. } => "create_session",
+            Op::RenewSession { .. } => "renew_session",
+            Op::EndSession { .. } => "end_session",
+            Op::DesiredStates { .. } => "desired_states",
+        };
+        *self.ops.entry(kind).or_default() += 1;
+        let failed = Answer::Failed;
+        let node = &mut self.nodes[worker];
+        match request {
+            Op::Claim { id, session: None } => {
+                block_on(store.acquire_started(&id, &owner)).map_or_else(failed, Answer::Lease)
+            }
+            Op::Claim { id, session: Some(s) } => {
+                block_on(store.claim_in_session(&id, &s)).map_or_else(failed, Answer::Lease)
+            }
+            Op::Renew { id, .. } => match node.copies.get(&id).cloned() {
+                Some(mut lease) => match block_on(store.renew(&mut lease)) {
+                    Ok(()) => {
+                        node.copies.insert(id, lease.clone());
+                        Answer::Lease(lease)
+                    }
+                    Err(e) => Answer::Failed(e),
+                },
+                None => Answer::Failed(Error::Lost { id }),
+            },
+            Op::Release { id } => match node.copies.get(&id) {
+                Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
+                None => Answer::Failed(Error::Lost { id }),
+            },
+            Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
+            Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
+            Op::OrphansPage { cutoff_ms, page_size } => {
+                match block_on(store.orphans_page(cutoff_ms, page_size, None)) {
+                    Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
+                    Err(e) => Answer::Failed(e),
+                }
+            }
+            Op::Sessions => block_on(store.sessions(u64::MAX)).map_or_else(failed, Answer::Sessions),
+            Op::OwnedBy { owner } => block_on(store.owned_by(&owner)).map_or_else(failed, Answer::Owned),
+            Op::RetireSession { owner, epoch } => {
+                block_on(store.retire_session(&owner, epoch)).map_or_else(failed, |_| Answer::Done)
+            }
+            Op::CreateSession { previous } => {
+                block_on(store.create_session(&owner, previous)).map_or_else(failed, Answer::Session)
+            }
+            Op::RenewSession { mut session, load, .. } => {
+                match block_on(store.renew_session_reporting(&mut session, load)) {
+                    Ok(()) => Answer::Session(session),
+                    Err(e) => Answer::Failed(e),
+                }
+            }
+            Op::EndSession { session, load } => {
+                block_on(store.end_session_reporting(&session, load)).map_or_else(failed, |()| Answer::Done)
+            }
+            Op::DesiredStates { ids } => match block_on(store.batch_desired_states(&ids)) {
+                Ok(states) => Answer::DesiredStates(states.into_iter().collect()),
+                Err(e) => Answer::Failed(e),
+            },
+        }
+    }
+
+    /// Ids whose item names `worker` as its owner now (per-item: unexpired; session: held
+    /// under a session).
+    pub fn holder_of(&self, id: &str) -> Option<String> {
+        let item = block_on(self.store.get(id)).ok().flatten()?;
+        let now = self.clock.now_ms();
+        item.holder_at(now).map(str::to_string)
+    }
+
+    /// The live workers whose handler for `id` runs now.
+    pub fn running_on(&self, id: &str) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.nodes[i].alive && self.nodes[i].running.contains_key(id)).collect()
+    }
+
+    /// Hint messages waiting on the queue (visible).
+    pub fn hints_waiting(&self) -> usize {
+        self.hints.len()
+    }
+
+    /// How many handlers run on `worker` now.
+    pub fn running(&self, worker: usize) -> usize {
+        self.nodes[worker].running.len()
+    }
+
+    /// The cancellations of handlers with `reason` so far, as (time, worker, id).
+    pub fn cancels(&self, reason: CancelReason) -> Vec<(u64, usize, String)> {
+        self.log
+            .iter()
+            .filter_map(|e| match &e.command {
+                Command::CancelHandler { id, reason: r } if *r == reason => Some((e.at_mono_ms, e.worker, id.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}

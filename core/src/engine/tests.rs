@@ -1,0 +1,303 @@
+//! The engine on a manual clock: a fleet of engines on the memory store ([`super::sim`]).
+
+use std::time::Duration;
+
+use super::decide::CancelReason;
+use super::sim::{block_on, Sim};
+use super::trace::{replay, Recorder, Trace};
+use super::*;
+use crate::{Clock, LeaseStore, TableConfig};
+
+const START: u64 = 1_700_000_000_000;
+
+fn settings(id: &str, max: usize) -> Settings {
+    Settings {
+        worker_id: id.into(),
+        max_connections: max,
+        orphan_interval_ms: 2_000,
+        desired_state_interval_ms: 10_000,
+        metrics_interval_ms: 60_000,
+        handler_grace_ms: 5_000,
+        balance: true,
+        hints: false,
+        hint_wait_ms: 1_000,
+    }
+}
+
+fn config(mode: LeaseMode, lease_ms: u64, renew_ms: u64, skew_ms: u64) -> TableConfig {
+    let ms = Duration::from_millis;
+    let mut c =
+        TableConfig::new("leaselock").lease_duration(ms(lease_ms)).renew_interval(ms(renew_ms)).clock_skew(ms(skew_ms));
+    c.mode = mode;
+    c.validated().unwrap()
+}
+
+fn start_work(sim: &Sim, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let id = format!("s{i:03}");
+            block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+            id
+        })
+        .collect()
+}
+
+#[test]
+fn per_item_claims_renews_and_releases_everything_at_shutdown() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    let ids = start_work(&sim, 5);
+    let w = sim.spawn(Settings { hints: true, ..settings("a", 10) }, 1);
+    assert!(sim.run_while(10_000, 100, |s| s.running(w) == 5), "claims the orphans");
+    sim.run_until(60_000);
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!((snap.held, snap.acquired, snap.leases_lost), (ids.clone(), 5, 0));
+    // Renewed on schedule: about one renewal per 5 s per lease, the fences untouched.
+    let renewals = sim.ops["renew"];
+    assert!((50..=65).contains(&renewals), "{renewals} renewals");
+    assert!(sim.cancels(CancelReason::Deadline).is_empty());
+    sim.shutdown(w);
+    assert!(sim.run_while(70_000, 10, |s| s.nodes[w].finished), "finishes");
+    for id in &ids {
+        assert_eq!(sim.holder_of(id), None, "{id} released");
+    }
+    let hinted = sim.log.iter().filter(|e| matches!(e.command, Command::SendHint { .. })).count();
+    assert_eq!((sim.nodes[w].engine.snapshot().released, hinted), (5, 5));
+}
+
+/// A claim whose answer arrives after a session renewal must act until the renewed deadline:
+/// before the engine covered claims in flight, each such claim was cancelled with `Deadline`
+/// 0.3-1 s after it was claimed while the session was live.
+#[test]
+fn a_claim_answered_after_a_session_renewal_acts_until_the_renewed_deadline() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    sim.behaviour.claim_answer_delay_ms = 2_400;
+    start_work(&sim, 3);
+    let w = sim.spawn(settings("a", 10), 7);
+    sim.run_until(10_000);
+    assert!(sim.cancels(CancelReason::Deadline).is_empty(), "{:?}", sim.cancels(CancelReason::Deadline));
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!((snap.held.len(), snap.acquired, snap.leases_lost), (3, 3, 0));
+}
+
+#[test]
+fn no_lease_is_cancelled_by_its_deadline_while_renewed_in_either_mode() {
+    for mode in [LeaseMode::PerItem, LeaseMode::Session] {
+        let mut sim = Sim::new(config(mode, 3_000, 1_000, 500), START);
+        sim.behaviour.latency_ms = 200;
+        sim.behaviour.claim_answer_delay_ms = 900;
+        start_work(&sim, 40);
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            sim.spawn(settings(name, 30), i as u64);
+        }
+        sim.run_until(60_000);
+        assert!(sim.cancels(CancelReason::Deadline).is_empty(), "{mode:?}");
+        let held: usize = (0..3).map(|w| sim.running(w)).sum();
+        assert_eq!(held, 40, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_crashed_workers_work_is_held_again_within_lease_skew_and_3_s() {
+    for mode in [LeaseMode::PerItem, LeaseMode::Session] {
+        let mut sim = Sim::new(config(mode, 3_000, 1_000, 500), START);
+        let ids = start_work(&sim, 30);
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            sim.spawn(settings(name, 30), i as u64 + 10);
+        }
+        assert!(sim.run_while(20_000, 100, |s| ids.iter().all(|id| s.running_on(id).len() == 1)));
+        sim.run_until(30_000);
+        let lost: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+        assert!(!lost.is_empty());
+        sim.crash(0);
+        let crashed_at = sim.clock.monotonic_ms();
+        let bound = 3_000 + 500 + 3_000;
+        let back = sim.run_while(crashed_at + 20_000, 50, |s| ids.iter().all(|id| s.running_on(id).len() == 1));
+        let took = sim.clock.monotonic_ms() - crashed_at;
+        assert!(back && took <= bound, "{mode:?}: {took} ms");
+        // Never two owners acting at once.
+        assert!(ids.iter().all(|id| sim.running_on(id).len() <= 1));
+    }
+}
+
+#[test]
+fn a_session_worker_ends_its_session_once_every_handler_has_returned_then_hints() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    let ids = start_work(&sim, 4);
+    let w = sim.spawn(Settings { hints: true, ..settings("a", 10) }, 3);
+    assert!(sim.run_while(10_000, 50, |s| s.running(w) == 4));
+    sim.behaviour.handler_stop_ms = 700;
+    sim.shutdown(w);
+    assert!(sim.run_while(20_000, 10, |s| s.nodes[w].finished));
+    let at = |pred: &dyn Fn(&Command) -> bool| {
+        sim.log.iter().filter(|e| pred(&e.command)).map(|e| e.at_mono_ms).collect::<Vec<_>>()
+    };
+    let ended = at(&|c| matches!(c, Command::Run { request: Op::EndSession { .. }, .. }));
+    let forgotten = at(&|c| matches!(c, Command::Forget { .. }));
+    let hinted = at(&|c| matches!(c, Command::SendHint { .. }));
+    assert_eq!((ended.len(), forgotten.len(), hinted.len()), (1, 4, 4));
+    assert!(forgotten.iter().all(|t| *t <= ended[0]) && hinted.iter().all(|t| *t >= ended[0]));
+    // No per-connection release: the one session write freed them.
+    assert_eq!(sim.ops.get("release"), None);
+    for id in &ids {
+        let item = block_on(sim.store.get(id)).unwrap().unwrap();
+        assert!(item.holder_at(sim.clock.now_ms()).is_some(), "the sentinel stays; the session is what ended");
+    }
+    let sessions = block_on(sim.store.sessions(u64::MAX)).unwrap();
+    assert_eq!(
+        sessions.iter().map(|s| (s.expires_at_ms, s.load.map(|l| l.held))).collect::<Vec<_>>(),
+        vec![(0, Some(4))]
+    );
+}
+
+#[test]
+fn a_handler_that_ignores_its_cancellation_is_aborted_after_the_grace() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    start_work(&sim, 2);
+    sim.behaviour.stubborn = vec!["s000".into()];
+    let w = sim.spawn(Settings { handler_grace_ms: 1_500, ..settings("a", 10) }, 5);
+    assert!(sim.run_while(10_000, 50, |s| s.running(w) == 2));
+    sim.shutdown(w);
+    let asked = sim.clock.monotonic_ms();
+    assert!(sim.run_while(asked + 10_000, 10, |s| s.nodes[w].finished));
+    let aborted: Vec<_> =
+        sim.log.iter().filter(|e| matches!(&e.command, Command::AbortHandler { id } if id == "s000")).collect();
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(aborted[0].at_mono_ms - asked, 1_500);
+    assert_eq!(sim.nodes[w].engine.snapshot().released, 2);
+}
+
+#[test]
+fn stopped_work_is_cancelled_within_one_desired_state_interval_and_released() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    start_work(&sim, 3);
+    let w = sim.spawn(settings("a", 10), 9);
+    assert!(sim.run_while(10_000, 50, |s| s.running(w) == 3));
+    block_on(sim.store.stop("s001")).unwrap();
+    let at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(at + 12_000, 50, |s| s.running(w) == 2));
+    let stopped = sim.cancels(CancelReason::Stopped);
+    assert_eq!(stopped.len(), 1);
+    assert!(stopped[0].0 - at <= 10_000);
+    assert_eq!(sim.holder_of("s001"), None);
+}
+
+#[test]
+fn hints_are_claimed_at_once_and_a_full_worker_leaves_the_rest_on_the_queue() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    let w = sim.spawn(Settings { hints: true, orphan_interval_ms: 60_000, ..settings("a", 2) }, 4);
+    sim.run_until(70_000);
+    let ids = start_work(&sim, 3);
+    for id in &ids {
+        sim.send_hint(id);
+    }
+    let at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(at + 3_000, 10, |s| s.running(w) == 2), "claimed from the hints, not the index");
+    assert!(sim.clock.monotonic_ms() - at < 1_100, "within one long poll");
+    sim.run_until(at + 30_000);
+    // Full: it takes no more hints; the third waits for another worker.
+    assert_eq!((sim.hints_waiting(), sim.nodes[w].engine.snapshot().hints_received), (1, 2));
+}
+
+// ---- trace vectors ----
+
+fn traces_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/worker")
+}
+
+/// Records the vectors' runs (set `LEASELOCK_RECORD_TRACES=1` to write them again).
+fn record_all() -> Vec<Trace> {
+    let mut traces = Vec::new();
+    // A session claim whose answer arrives after a renewal: the claim is covered.
+    {
+        let c = config(LeaseMode::Session, 3_000, 1_000, 500);
+        let mut sim = Sim::new(c.clone(), START);
+        sim.behaviour.claim_answer_delay_ms = 2_400;
+        start_work(&sim, 2);
+        traces.push(record(
+            "session_claim_covered",
+            "Session mode: a claim answered 2.4 s late, after a session renewal, is covered by the renewed session (SetDeadline) and never cancelled by its deadline.",
+            sim,
+            settings("a", 10),
+            8_000,
+            None,
+        ));
+    }
+    {
+        let c = config(LeaseMode::PerItem, 20_000, 5_000, 1_000);
+        let sim = Sim::new(c, START);
+        start_work(&sim, 2);
+        traces.push(record(
+            "per_item_claim_renew_shutdown",
+            "Per-item mode: orphans claimed, renewed on schedule, then a shutdown cancels, releases and hints each.",
+            sim,
+            Settings { hints: true, ..settings("a", 10) },
+            12_000,
+            Some(12_000),
+        ));
+    }
+    traces
+}
+
+/// Runs `sim` with one worker to `until_ms` (a shutdown at `shutdown_at`), then feeds the
+/// inputs it handled to a recording twin: same settings and seed, so the same commands.
+fn record(
+    name: &str,
+    description: &str,
+    mut sim: Sim,
+    settings: Settings,
+    until_ms: u64,
+    shutdown_at: Option<u64>,
+) -> Trace {
+    let start = sim.now();
+    sim.record_inputs = true;
+    let w = sim.spawn(settings.clone(), 42);
+    match shutdown_at {
+        Some(at) => {
+            sim.run_until(at);
+            sim.shutdown(w);
+            sim.run_until(until_ms + 10_000);
+            assert!(sim.nodes[w].finished);
+        }
+        None => sim.run_until(until_ms),
+    }
+    let mut twin = Recorder::new(name, description, settings, sim.store.config().clone(), 42, start);
+    let mut emitted = twin.start_commands();
+    for (worker, at, event) in std::mem::take(&mut sim.inputs) {
+        assert_eq!(worker, w);
+        emitted.extend(twin.step(at, event));
+    }
+    let log: Vec<Command> = sim.log.iter().map(|e| e.command.clone()).collect();
+    assert_eq!(emitted, log, "the twin emitted what the worker did");
+    twin.finish()
+}
+
+#[test]
+fn worker_trace_vectors_replay() {
+    let dir = traces_dir();
+    if std::env::var_os("LEASELOCK_RECORD_TRACES").is_some() {
+        for t in record_all() {
+            let path = dir.join(format!("{}.json", t.name));
+            std::fs::write(&path, serde_json::to_string_pretty(&t).unwrap() + "\n").unwrap();
+        }
+    }
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            if let Err(m) = replay(&trace) {
+                panic!("{}: {m}", path.display());
+            }
+            replayed += 1;
+        }
+    }
+    assert!(replayed >= 2, "{replayed} vectors in {}", dir.display());
+    let mut broken = 0;
+    for entry in std::fs::read_dir(dir.join("broken")).unwrap() {
+        let path = entry.unwrap().path();
+        let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(replay(&trace).is_err(), "{} replayed although broken", path.display());
+        broken += 1;
+    }
+    assert!(broken >= 1);
+}
