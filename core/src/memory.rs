@@ -263,7 +263,12 @@ impl LeaseStore for MemoryStore {
 
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
         let now = self.clock.now_ms();
-        Ok(self.items().await?.into_iter().filter(|i| i.holder_at(now) == Some(owner)).collect())
+        let items = self.items.lock().expect("memory store poisoned");
+        Ok(items
+            .iter()
+            .filter(|(k, i)| k.starts_with(&self.config.key_prefix) && i.holder_at(now) == Some(owner))
+            .map(|(_, i)| i.clone())
+            .collect())
     }
 
     async fn items(&self) -> Result<Vec<LeaseItem>> {

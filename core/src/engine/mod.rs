@@ -227,10 +227,15 @@ pub enum Command {
         max: usize,
         wait_ms: u64,
     },
-    /// Delete the handled hints; make those nobody here had room for visible again at once.
+    /// Delete the handled hints; make those this worker had no room for visible again at once
+    /// (`give_back`), and those it would not take at its fair share after `defer_ms` (`defer`):
+    /// given back at once, a hint for work every worker at its share declines would go round
+    /// the fleet without end, each receive costing a read of the sessions.
     SettleHints {
         delete: Vec<String>,
         give_back: Vec<String>,
+        defer: Vec<String>,
+        defer_ms: u64,
     },
     /// Hint released work to the fleet (best effort, no answer).
     SendHint {
@@ -248,6 +253,8 @@ pub enum Claim {
     Claimed,
     AlreadyOurs,
     NoCapacity,
+    /// Balance: this worker holds its fair share; the work is another's to take.
+    AtLimit,
     Stopping,
     Conflict,
     Failed,
@@ -508,6 +515,8 @@ pub struct Engine {
     totals: Totals,
     renew_latency_ms: Vec<u64>,
     session_renew_latency_ms: Vec<u64>,
+    /// What [`Engine::poll_timeout`] says, computed after every change.
+    next_timeout: Option<u64>,
 }
 
 impl Engine {
@@ -549,6 +558,7 @@ impl Engine {
             totals: Totals::default(),
             renew_latency_ms: Vec::new(),
             session_renew_latency_ms: Vec::new(),
+            next_timeout: None,
         };
         let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
         engine.desired_at_mono_ms = now.mono_ms + phase;
@@ -606,6 +616,10 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] is due next (monotonic ms), if anything waits on time.
     pub fn poll_timeout(&self) -> Option<u64> {
+        self.next_timeout
+    }
+
+    fn compute_timeout(&self) -> Option<u64> {
         if self.finished {
             return None;
         }
@@ -867,7 +881,7 @@ impl Engine {
         }
         let limited = self.balanced() && source != Source::ReclaimOwn;
         if limited && self.tracked.len() >= self.claim_limit {
-            return Err(Claim::NoCapacity);
+            return Err(Claim::AtLimit);
         }
         let session = match (self.session_mode(), self.live_session()) {
             (false, _) => None,
@@ -1502,18 +1516,21 @@ impl Engine {
     }
 
     /// Deletes every handled hint (claimed or not: it was only a hint); a hint this worker had
-    /// no room for is made visible again at once, for another worker.
+    /// no room for is made visible again at once, for another worker; one it declined at its
+    /// fair share one orphan interval later (the orphan index finds the work meanwhile).
     fn settle_hints(&mut self, batch: HintBatch) {
         let mut delete = Vec::new();
         let mut give_back = Vec::new();
+        let mut defer = Vec::new();
         for (m, outcome) in batch.messages.into_iter().zip(batch.outcomes) {
-            if matches!(outcome, Some(Claim::NoCapacity | Claim::Stopping)) {
-                give_back.push(m.receipt);
-            } else {
-                delete.push(m.receipt);
+            match outcome {
+                Some(Claim::NoCapacity | Claim::Stopping) => give_back.push(m.receipt),
+                Some(Claim::AtLimit) => defer.push(m.receipt),
+                _ => delete.push(m.receipt),
             }
         }
-        self.commands.push_back(Command::SettleHints { delete, give_back });
+        let defer_ms = self.settings.orphan_interval_ms;
+        self.commands.push_back(Command::SettleHints { delete, give_back, defer, defer_ms });
         self.hints = if self.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms: self.now.mono_ms } };
     }
 
@@ -1678,6 +1695,11 @@ impl Engine {
 
     /// Starts whatever is due or possible now.
     fn advance(&mut self) {
+        self.step();
+        self.next_timeout = self.compute_timeout();
+    }
+
+    fn step(&mut self) {
         if self.finished {
             return;
         }

@@ -23,6 +23,51 @@ pub fn block_on<T>(future: impl Future<Output = T>) -> T {
     panic!("a memory-store future did not complete");
 }
 
+/// Capacity units per partition key value per second, as DynamoDB bills them (items here are
+/// well under 1 KB: one write unit per item written, an index entry whose key changes is a
+/// delete and a put, a transaction's writes count twice, a failed conditional write one unit;
+/// reads 4 KB per unit, halved when eventually consistent). Each write lands on the table item's
+/// own partition, and on the index partitions it moves through.
+#[derive(Debug, Default)]
+pub struct Partitions {
+    /// (place, partition value) → (second, units in it).
+    current: HashMap<(&'static str, String), (u64, f64)>,
+    /// place → (peak units in one second of one partition value, that value).
+    pub peak: BTreeMap<&'static str, (f64, String)>,
+    /// place → units in all.
+    pub total: BTreeMap<&'static str, f64>,
+}
+
+/// Where units land.
+pub const TABLE: &str = "table (work items)";
+pub const SESSION_ITEMS: &str = "table (session items)";
+pub const ORPHAN_INDEX: &str = "orphan index";
+pub const OWNER_INDEX: &str = "owner index";
+/// Reads, by place.
+pub const ORPHAN_INDEX_READS: &str = "orphan index (reads)";
+pub const OWNER_INDEX_READS: &str = "owner index (reads)";
+
+impl Partitions {
+    pub fn add(&mut self, place: &'static str, partition: &str, units: f64, now_ms: u64) {
+        let second = now_ms / 1_000;
+        let slot = self.current.entry((place, partition.to_string())).or_insert((second, 0.0));
+        if slot.0 != second {
+            *slot = (second, 0.0);
+        }
+        slot.1 += units;
+        let peak = self.peak.entry(place).or_insert((0.0, String::new()));
+        if slot.1 > peak.0 {
+            *peak = (slot.1, partition.to_string());
+        }
+        *self.total.entry(place).or_default() += units;
+    }
+
+    /// Forgets the peaks (a new phase of a run).
+    pub fn reset_peaks(&mut self) {
+        self.peak.clear();
+    }
+}
+
 /// One command as a worker emitted it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Emitted {
@@ -75,6 +120,8 @@ pub struct Sim {
     /// The hint queue: visible messages, and those received and not settled, by receipt.
     hints: VecDeque<String>,
     hints_in_flight: HashMap<String, String>,
+    /// Hints made visible again later: (visible at, body).
+    hints_deferred: Vec<(u64, String)>,
     receipts: u64,
     /// Every command emitted, in order.
     pub log: Vec<Emitted>,
@@ -84,6 +131,9 @@ pub struct Sim {
     /// With `record_inputs`: every input each worker handled, in order (for trace vectors).
     pub inputs: Vec<(usize, Now, Option<Event>)>,
     pub record_inputs: bool,
+    /// Capacity units per partition value, with [`Sim::account`] on.
+    pub partitions: Partitions,
+    pub account: bool,
 }
 
 impl Sim {
@@ -99,12 +149,15 @@ impl Sim {
             order: 0,
             hints: VecDeque::new(),
             hints_in_flight: HashMap::new(),
+            hints_deferred: Vec::new(),
             receipts: 0,
             log: Vec::new(),
             keep_log: true,
             ops: BTreeMap::new(),
             inputs: Vec::new(),
             record_inputs: false,
+            partitions: Partitions::default(),
+            account: false,
         }
     }
 
@@ -216,7 +269,11 @@ impl Sim {
         match command {
             Command::Run { op, request } => {
                 let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
+                let billed = self.account.then(|| request.clone());
                 let answer = self.answer(worker, request);
+                if let Some(request) = billed {
+                    self.bill(worker, &request, &answer);
+                }
                 self.later(worker, b.latency_ms + delay, Event::Answer { op, answer });
             }
             Command::StartHandler { lease } => {
@@ -247,6 +304,10 @@ impl Sim {
                 node.running.remove(&id);
             }
             Command::ReceiveHints { max, wait_ms } => {
+                let now = self.clock.monotonic_ms();
+                let (due, later): (Vec<_>, Vec<_>) = self.hints_deferred.drain(..).partition(|(at, _)| *at <= now);
+                self.hints_deferred = later;
+                self.hints.extend(due.into_iter().map(|(_, body)| body));
                 let mut received = Vec::new();
                 while received.len() < max {
                     let Some(body) = self.hints.pop_front() else { break };
@@ -258,7 +319,13 @@ impl Sim {
                 let after = if received.is_empty() { wait_ms } else { b.latency_ms };
                 self.later(worker, after, Event::Hints { received: Ok(received) });
             }
-            Command::SettleHints { delete, give_back } => {
+            Command::SettleHints { delete, give_back, defer, defer_ms } => {
+                let at = self.clock.monotonic_ms() + defer_ms;
+                for r in defer {
+                    if let Some(body) = self.hints_in_flight.remove(&r) {
+                        self.hints_deferred.push((at, body));
+                    }
+                }
                 for r in delete {
                     self.hints_in_flight.remove(&r);
                 }
@@ -273,6 +340,86 @@ impl Sim {
                 self.nodes[worker].engine.take_metrics();
             }
             Command::Finished => self.nodes[worker].finished = true,
+        }
+    }
+
+    /// Bills `request` (answered with `answer`) to the partitions it touches.
+    fn bill(&mut self, worker: usize, request: &Op, answer: &Answer) {
+        let now = self.clock.now_ms();
+        let config = self.store.config();
+        let (started, sessions) = (config.started_partition.clone(), config.session_partition.clone());
+        let me = self.nodes[worker].engine.settings().worker_id.clone();
+        let p = &mut self.partitions;
+        let ok = !matches!(answer, Answer::Failed(_));
+        let read_units = |items: usize| (items as f64 * 300.0 / 4096.0).ceil().max(1.0) / 2.0;
+        match request {
+            Op::Claim { id, session } => {
+                let tx = if session.is_some() { 2.0 } else { 1.0 };
+                if !ok {
+                    p.add(TABLE, id, tx, now);
+                    return;
+                }
+                p.add(TABLE, id, tx, now);
+                // The expiry (the index's sort key) moves: a delete and a put.
+                p.add(ORPHAN_INDEX, &started, 2.0 * tx, now);
+                p.add(OWNER_INDEX, &me, tx, now);
+                if session.is_some() {
+                    // The condition check reads the dead owner's session item.
+                    p.add(SESSION_ITEMS, "session", tx, now);
+                }
+            }
+            Op::Renew { id, .. } => {
+                p.add(TABLE, id, 1.0, now);
+                if ok {
+                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                }
+            }
+            Op::Release { id } => {
+                p.add(TABLE, id, 1.0, now);
+                if ok {
+                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                }
+            }
+            Op::ReleaseLease { lease } => {
+                p.add(TABLE, &lease.id, 1.0, now);
+                if ok {
+                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                }
+            }
+            Op::CreateSession { .. } | Op::RenewSession { .. } | Op::EndSession { .. } => {
+                p.add(SESSION_ITEMS, &me, 1.0, now);
+                if ok {
+                    p.add(ORPHAN_INDEX, &sessions, 2.0, now);
+                }
+            }
+            Op::RetireSession { owner, .. } => {
+                p.add(SESSION_ITEMS, owner, 1.0, now);
+                if ok {
+                    p.add(ORPHAN_INDEX, &sessions, 1.0, now);
+                }
+            }
+            Op::OrphansPage { .. } => {
+                let n = match answer {
+                    Answer::Orphans { items, .. } => items.len(),
+                    _ => 0,
+                };
+                p.add(ORPHAN_INDEX_READS, &started, read_units(n), now);
+            }
+            Op::Sessions => {
+                let n = match answer {
+                    Answer::Sessions(items) => items.len(),
+                    _ => 0,
+                };
+                p.add(ORPHAN_INDEX_READS, &sessions, read_units(n), now);
+            }
+            Op::OwnedBy { owner } => {
+                let n = match answer {
+                    Answer::Owned(items) => items.len(),
+                    _ => 0,
+                };
+                p.add(OWNER_INDEX_READS, owner, read_units(n), now);
+            }
+            Op::Get { .. } | Op::DesiredStates { .. } => {}
         }
     }
 
@@ -364,7 +511,7 @@ impl Sim {
 
     /// Hint messages waiting on the queue (visible).
     pub fn hints_waiting(&self) -> usize {
-        self.hints.len()
+        self.hints.len() + self.hints_deferred.len()
     }
 
     /// How many handlers run on `worker` now.

@@ -1,0 +1,171 @@
+//! A fleet on the worker engine, simulated on a manual clock over the memory store
+//! (`leaselock::engine::sim`): connections spread over workers, through a cold start, steady
+//! state, a worker crash and a rolling deploy, in per-item and session mode. It reports the peak
+//! capacity units per second of the hottest partition value of the table and of each index (as
+//! DynamoDB bills them), the store writes per connection-hour, and how long work waited for an
+//! owner. Prints one JSON object (`make bench` merges it into `bench/results/latest.json`).
+//!
+//!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use leaselock::engine::sim::{block_on, Sim, ORPHAN_INDEX, TABLE};
+use leaselock::engine::Settings;
+use leaselock::{Clock, LeaseMode, LeaseStore, TableConfig};
+use serde_json::{json, Value};
+
+const START: u64 = 1_700_000_000_000;
+
+struct Mode {
+    name: &'static str,
+    mode: LeaseMode,
+    lease_ms: u64,
+    renew_ms: u64,
+    skew_ms: u64,
+}
+
+fn settings(i: usize, max: usize) -> Settings {
+    Settings {
+        worker_id: format!("w{i:04}"),
+        max_connections: max,
+        orphan_interval_ms: 2_000,
+        desired_state_interval_ms: 10_000,
+        metrics_interval_ms: 60_000,
+        handler_grace_ms: 5_000,
+        balance: true,
+        hints: true,
+        hint_wait_ms: 1_000,
+    }
+}
+
+fn peaks(sim: &Sim) -> Value {
+    let mut out = serde_json::Map::new();
+    for (place, (units, partition)) in &sim.partitions.peak {
+        out.insert(place.to_string(), json!({ "units_per_s": units, "partition": partition }));
+    }
+    Value::Object(out)
+}
+
+/// Runs until every id runs on exactly one live worker; returns how long that took (ms).
+fn until_all_held(sim: &mut Sim, ids: &[String], limit_ms: u64) -> Option<u64> {
+    let from = sim.clock.monotonic_ms();
+    let held = sim.run_while(from + limit_ms, 100, |s| ids.iter().all(|id| s.running_on(id).len() == 1));
+    held.then(|| sim.clock.monotonic_ms() - from)
+}
+
+fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize) -> Value {
+    let wall = Instant::now();
+    let ms = Duration::from_millis;
+    let mut config = TableConfig::new("leaselock")
+        .lease_duration(ms(m.lease_ms))
+        .renew_interval(ms(m.renew_ms))
+        .clock_skew(ms(m.skew_ms));
+    config.mode = m.mode;
+    let config = config.validated().expect("timing");
+    let mut sim = Sim::new(config, START);
+    sim.keep_log = false;
+    sim.account = true;
+    let ids: Vec<String> = (0..connections)
+        .map(|i| {
+            let id = format!("c{i:06}");
+            block_on(sim.store.start(&id, "wss://feed.example")).expect("start");
+            id
+        })
+        .collect();
+    let mut phases = serde_json::Map::new();
+
+    // Cold start: every worker at once, all the work orphaned.
+    for i in 0..workers {
+        sim.spawn(settings(i, max), i as u64 + 1);
+    }
+    let cold = until_all_held(&mut sim, &ids, 300_000);
+    phases.insert("cold_start".into(), json!({ "all_held_after_ms": cold, "peaks": peaks(&sim) }));
+    eprintln!("{}: cold start {:?} ms ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
+
+    // Steady state: a minute after everything settled.
+    sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
+    sim.partitions.reset_peaks();
+    let before: f64 = [TABLE, leaselock::engine::sim::SESSION_ITEMS]
+        .iter()
+        .map(|p| sim.partitions.total.get(p).copied().unwrap_or(0.0))
+        .sum();
+    let steady_ms = 60_000;
+    sim.run_until(sim.clock.monotonic_ms() + steady_ms);
+    let after: f64 = [TABLE, leaselock::engine::sim::SESSION_ITEMS]
+        .iter()
+        .map(|p| sim.partitions.total.get(p).copied().unwrap_or(0.0))
+        .sum();
+    let per_hour = (after - before) / connections as f64 * (3_600_000.0 / steady_ms as f64);
+    let orphan_peak = sim.partitions.peak.get(ORPHAN_INDEX).map_or(0.0, |p| p.0);
+    // Connections one orphan-index partition value carries at 1,000 write units per second.
+    let fit = if orphan_peak > 0.0 { (1_000.0 / orphan_peak * connections as f64) as u64 } else { u64::MAX };
+    phases.insert(
+        "steady".into(),
+        json!({ "writes_per_connection_hour": per_hour, "peaks": peaks(&sim), "connections_within_1000_wcu": fit }),
+    );
+    eprintln!("{}: steady {per_hour:.1} writes/connection-hour ({:.1} s)", m.name, wall.elapsed().as_secs_f64());
+
+    // A crash: worker 0 dies; its work must be held again elsewhere.
+    sim.partitions.reset_peaks();
+    let victims: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+    sim.crash(0);
+    let crash = until_all_held(&mut sim, &ids, 120_000);
+    phases.insert(
+        "crash".into(),
+        json!({ "connections": victims.len(), "all_held_after_ms": crash, "peaks": peaks(&sim) }),
+    );
+    eprintln!("{}: crash of {} -> {:?} ms ({:.1} s)", m.name, victims.len(), crash, wall.elapsed().as_secs_f64());
+
+    // A rolling deploy: one worker at a time is shut down and replaced.
+    sim.partitions.reset_peaks();
+    sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
+    let mut gaps = Vec::new();
+    let mut next = workers;
+    for k in 1..=deployed.min(workers - 1) {
+        let mine: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![k]).cloned().collect();
+        sim.shutdown(k);
+        let from = sim.clock.monotonic_ms();
+        sim.run_while(from + 60_000, 50, |s| s.nodes[k].finished);
+        sim.spawn(settings(next, max), next as u64 + 1);
+        next += 1;
+        let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.running_on(id).len() == 1));
+        gaps.push(if held { sim.clock.monotonic_ms() - from } else { u64::MAX });
+    }
+    gaps.sort();
+    let pct = |q: f64| gaps.get(((gaps.len() as f64 - 1.0) * q).round() as usize).copied();
+    phases.insert(
+        "rolling_deploy".into(),
+        json!({
+            "workers_replaced": gaps.len(),
+            "hand_over_ms": { "p50": pct(0.5), "p99": pct(0.99), "max": gaps.last() },
+            "peaks": peaks(&sim),
+        }),
+    );
+    eprintln!("{}: deploy of {} ({:.1} s)", m.name, gaps.len(), wall.elapsed().as_secs_f64());
+    let ops: BTreeMap<_, _> = sim.ops.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    json!({
+        "lease_ms": m.lease_ms, "renew_ms": m.renew_ms, "skew_ms": m.skew_ms,
+        "phases": phases, "store_operations": ops,
+        "simulated_s": sim.clock.monotonic_ms() / 1_000, "run_s": wall.elapsed().as_secs_f64(),
+        "wall_at_end_ms": sim.clock.now_ms(),
+    })
+}
+
+fn main() {
+    let arg = |i: usize, default: usize| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let (connections, workers, max, deployed) = (arg(1, 100_000), arg(2, 150), arg(3, 700), arg(4, 15));
+    let modes = [
+        Mode { name: "per-item", mode: LeaseMode::PerItem, lease_ms: 20_000, renew_ms: 5_000, skew_ms: 1_000 },
+        Mode { name: "session", mode: LeaseMode::Session, lease_ms: 20_000, renew_ms: 5_000, skew_ms: 1_000 },
+        Mode { name: "session-5s", mode: LeaseMode::Session, lease_ms: 5_000, renew_ms: 1_250, skew_ms: 250 },
+    ];
+    let mut results = serde_json::Map::new();
+    for m in &modes {
+        results.insert(m.name.to_string(), run(m, connections, workers, max, deployed));
+    }
+    let out = json!({ "fleet_sim": {
+        "connections": connections, "workers": workers, "max_connections": max, "modes": results,
+    }});
+    println!("{out}");
+}
