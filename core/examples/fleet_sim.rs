@@ -121,14 +121,13 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.partitions.reset_peaks();
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
     let mut gaps = Vec::new();
-    let mut next = workers;
     for k in 1..=deployed.min(workers - 1) {
         let mine: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![k]).cloned().collect();
         sim.shutdown(k);
         let from = sim.clock.monotonic_ms();
         sim.run_while(from + 60_000, 50, |s| s.nodes[k].finished);
+        let next = workers + k - 1;
         sim.spawn(settings(next, max), next as u64 + 1);
-        next += 1;
         let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.running_on(id).len() == 1));
         gaps.push(if held { sim.clock.monotonic_ms() - from } else { u64::MAX });
     }

@@ -766,11 +766,11 @@ impl Engine {
             HandlerEnd::Returned => debug!(connection_id = %id, reason = ?reason, "handler returned"),
             HandlerEnd::Failed => {
                 self.totals.handler_errors += 1;
-                warn!(connection_id = %id, "handler failed");
+                debug!(connection_id = %id, "handler failed");
             }
             HandlerEnd::Panicked => {
                 self.totals.handler_panics += 1;
-                warn!(connection_id = %id, "handler panicked");
+                debug!(connection_id = %id, "handler panicked");
             }
             HandlerEnd::Aborted => {
                 warn!(connection_id = %id, grace_ms = self.settings.handler_grace_ms, "handler ignored cancellation; aborted")

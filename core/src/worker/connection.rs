@@ -2,7 +2,6 @@
 //! downstream writes, a cancellation token, and checkpoints that go through the lease.
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -11,32 +10,16 @@ use super::decide::CancelReason;
 use crate::hold::HeldLease;
 use crate::{Lease, LeaseStore, Result};
 
-/// The state of one held lease, shared by its upkeep, its handler and the worker: the
-/// [`HeldLease`] every holder has, and what the worker keeps about the claim.
+/// The state of one held lease, shared by its handler and the driver (renewals and releases
+/// take turns with the handler's checkpoints on it).
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) state: HeldLease,
-    /// Session mode: the epoch of the session it was claimed under.
-    pub(crate) session_epoch: Option<u64>,
-    /// The claim's fence (how many times the work was claimed) and the order of the claim in
-    /// this worker: what a hand-over picks by.
-    pub(crate) fence: u64,
-    pub(crate) claim_order: u64,
-    /// Picked for a hand-over in this round (0: not picked): no longer reported as held, and
-    /// cancelled once a session renewal sent after the pick has said so (so no worker counts it
-    /// twice, as held here and as unowned).
-    pub(crate) handing_over: AtomicU64,
 }
 
 impl Held {
-    pub(crate) fn new(lease: Lease, session_epoch: Option<u64>, claim_order: u64) -> Self {
-        Self {
-            session_epoch,
-            fence: lease.fence,
-            claim_order,
-            handing_over: AtomicU64::new(0),
-            state: HeldLease::new(lease),
-        }
+    pub(crate) fn new(lease: Lease) -> Self {
+        Self { state: HeldLease::new(lease) }
     }
 }
 

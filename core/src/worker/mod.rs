@@ -1,12 +1,11 @@
 //! The tokio worker runtime: holds up to `max_connections` leases and runs one handler per held
 //! lease.
 //!
-//! Per held lease: one renewal schedule, the handler task and a cancellation token. Worker-wide:
-//! an orphan loop (the GSI), an SQS hint loop (hints only: the lease decides ownership), a
-//! batched desired-state loop, a metrics loop (EMF lines), and a shutdown path that stops
-//! claiming, cancels every handler and releases every lease in parallel. The decisions live in
-//! [`decide`] as plain functions.
-//!
+//! Every decision is the engine's ([`crate::engine::Engine`]: claims, renewals and deadlines,
+//! the session and its cover, balance, orphan polls, hints, desired-state checks, shutdown);
+//! this module is its driver on tokio: it runs each store operation, receives, settles and sends
+//! the SQS hints, runs the handlers, writes the metrics lines, and feeds every answer back.
+
 //! ```no_run
 //! # async fn demo() -> Result<(), leaselock::worker::BoxError> {
 //! use std::sync::Arc;
@@ -36,24 +35,20 @@ mod clock;
 mod connection;
 pub use crate::engine::decide;
 mod hints;
-mod lease_task;
-mod reconcile;
 mod report;
-mod session;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
+pub use crate::engine::WorkerSnapshot;
 pub use clock::TokioClock;
 pub use connection::Connection;
 pub use decide::{
@@ -62,10 +57,10 @@ pub use decide::{
 };
 
 use crate::config::{validate_duration, validate_id, validate_queue_url, validate_text};
-use crate::{Error, LeaseMode, LeaseStore, Result, Session, SessionLoad};
+use crate::engine::{self, Answer, Command, Engine, Event, HandlerEnd, Now, Op};
+use crate::{hold, Error, Lease, LeaseMode, LeaseStore, Result};
 use connection::Held;
-use decide::{claim_failure, claim_outlived_session, counts_in_load, is_fleet_work, moves_with_session, ClaimFailure};
-use report::{Counters, Reporter};
+use report::Reporter;
 
 /// The error a handler may return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -220,35 +215,33 @@ impl WorkerBuilder {
             let fut = handler(conn);
             Box::pin(async move { fut.await.map_err(Into::into) })
         });
-        let (new_leases, new_leases_rx) = mpsc::unbounded_channel();
-        let max_connections = self.settings.max_connections;
-        let inner = Arc::new(Inner {
-            store: self.store,
+        let store = self.store;
+        let clock = store.clock();
+        let now = Now { wall_ms: clock.now_ms(), mono_ms: clock.monotonic_ms() };
+        let s = &self.settings;
+        let settings = engine::Settings {
+            worker_id: worker_id.clone(),
+            max_connections: s.max_connections,
+            orphan_interval_ms: s.orphan_interval.as_millis() as u64,
+            desired_state_interval_ms: s.desired_state_interval.as_millis() as u64,
+            metrics_interval_ms: s.metrics_interval.as_millis() as u64,
+            handler_grace_ms: s.handler_grace.as_millis() as u64,
+            balance: s.balance,
+            hints: self.hints.is_some(),
+            hint_wait_ms: self.hint_wait.as_millis() as u64,
+        };
+        let engine = Engine::new(settings, store.config().clone(), rand::random(), now);
+        let shared = Arc::new(Shared {
             id: worker_id,
-            permits: Arc::new(Semaphore::new(self.settings.max_connections)),
-            settings: self.settings,
-            handler,
-            leases: Mutex::new(Leases::default()),
-            counters: Counters::default(),
+            engine: Mutex::new(engine),
             shutdown: CancellationToken::new(),
             finished: CancellationToken::new(),
-            new_leases,
-            hand_over: self.hints.clone(),
-            poll_orphans_now: tokio::sync::Notify::new(),
-            session: Mutex::new(None),
-            reclaim_own: std::sync::atomic::AtomicBool::new(false),
-            unsettled: Mutex::new(std::collections::BTreeSet::new()),
-            claim_limit: AtomicUsize::new(max_connections),
-            balancer: Mutex::new(decide::Balancer::default()),
-            balance_changed: tokio::sync::Notify::new(),
-            claims: AtomicU64::new(0),
-            renew_now: tokio::sync::Notify::new(),
-            hand_over_rounds: AtomicU64::new(0),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
         Ok(Worker {
-            inner,
-            new_leases: new_leases_rx,
+            shared,
+            store,
+            handler,
             hints: self.hints,
             reporter: Reporter::new(self.metrics_namespace, writer),
         })
@@ -262,442 +255,75 @@ pub fn default_worker_id() -> String {
     format!("{host}-{}-{:06x}", std::process::id(), rand::random::<u32>() & 0xff_ffff)
 }
 
-/// What is tracked per id: a claim in flight, or a held lease.
-#[derive(Debug)]
-enum Tracked {
-    Claiming,
-    Held(Arc<Held>),
-}
-
-#[derive(Debug, Default)]
-struct Leases {
-    by_id: HashMap<String, Tracked>,
-    /// Set once shutdown began: a claim that lands afterwards is cancelled at once.
-    stopping: bool,
-}
-
-/// How a claim attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Claim {
-    Claimed,
-    AlreadyOurs,
-    NoCapacity,
-    Stopping,
-    Conflict,
-    Failed,
-}
-
-/// The claim source of our own earlier epochs' work.
-pub(crate) const RECLAIM_OWN: &str = "own earlier epoch";
-
-/// A new lease for the run loop to supervise, with the capacity it takes.
-type NewLease = (Arc<Held>, OwnedSemaphorePermit);
-
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) id: String,
-    pub(crate) settings: Settings,
-    handler: Handler,
-    leases: Mutex<Leases>,
-    /// One permit per lease that may still be held.
-    pub(crate) permits: Arc<Semaphore>,
-    pub(crate) counters: Counters,
-    /// Fires when shutdown is requested: the loops stop claiming.
-    pub(crate) shutdown: CancellationToken,
+/// What the worker, its handles and its driver share: the engine (every decision) and the
+/// shutdown and end signals.
+struct Shared {
+    id: String,
+    engine: Mutex<Engine>,
+    /// Fires when shutdown is requested through a handle.
+    shutdown: CancellationToken,
     /// Fires when `run_until` has returned.
     finished: CancellationToken,
-    new_leases: mpsc::UnboundedSender<NewLease>,
-    /// Where running work released on shutdown is hinted, so the fleet claims it at once.
-    pub(crate) hand_over: Option<HintQueue>,
-    /// Wakes the orphan loop early (hints arrived: more work may be waiting in the index).
-    pub(crate) poll_orphans_now: tokio::sync::Notify,
-    /// Session mode: the live session, if any.
-    session: Mutex<Option<Session>>,
-    /// Session mode: a new epoch was opened; the orphan loop claims back our older epochs' work.
-    pub(crate) reclaim_own: std::sync::atomic::AtomicBool,
-    /// Ids whose claim failed with its outcome unknown (the write may have landed and name us
-    /// with nobody renewing it): the orphan loop releases those it finds ours and not tracked.
-    pub(crate) unsettled: Mutex<std::collections::BTreeSet<String>>,
-    /// Session mode with balance: the most this worker may hold after a claim (its fair
-    /// share), set by every orphan poll.
-    pub(crate) claim_limit: AtomicUsize,
-    /// Session mode with balance: what the orphan polls (and the hint loop's refreshes)
-    /// remember from one listing of the sessions to the next.
-    pub(crate) balancer: Mutex<decide::Balancer>,
-    /// Fires when the claim limit was set again (the hint loop waits on it while at the limit).
-    pub(crate) balance_changed: tokio::sync::Notify,
-    /// Claims so far: the order of each held lease's claim.
-    claims: AtomicU64,
-    /// Asks the session loop for a renewal now (a hand-over round is waiting on it).
-    pub(crate) renew_now: tokio::sync::Notify,
-    /// Hand-over rounds so far.
-    hand_over_rounds: AtomicU64,
 }
 
-impl Inner {
-    pub(crate) fn session_mode(&self) -> bool {
-        self.store.config().mode == LeaseMode::Session
+impl Shared {
+    fn engine(&self) -> std::sync::MutexGuard<'_, Engine> {
+        self.engine.lock().expect("engine poisoned")
     }
-
-    /// The live session (session mode).
-    pub(crate) fn current_session(&self) -> Option<Session> {
-        self.session.lock().expect("session poisoned").clone()
-    }
-
-    /// A renewed (or new) session: every connection held under it acts until its new deadline.
-    pub(crate) fn set_session(&self, session: Option<Session>) {
-        let leases = self.leases.lock().expect("leases poisoned");
-        if let Some(s) = &session {
-            for t in leases.by_id.values() {
-                if let Tracked::Held(h) = t {
-                    // Only work claimed under this epoch and not already given up moves along.
-                    if moves_with_session(h.session_epoch, h.cancel.reason(), s) {
-                        h.deadline_mono_ms.fetch_max(s.deadline_mono_ms, std::sync::atomic::Ordering::SeqCst);
-                    }
-                }
-            }
-        }
-        *self.session.lock().expect("session poisoned") = session;
-    }
-
-    /// Rule 2 on the session: its deadline passed (or it was lost), so every handler stops.
-    pub(crate) fn lose_session(&self, reason: CancelReason) {
-        let leases = self.leases.lock().expect("leases poisoned");
-        *self.session.lock().expect("session poisoned") = None;
-        for t in leases.by_id.values() {
-            if let Tracked::Held(h) = t {
-                h.cancel.cancel(reason);
-            }
-        }
-    }
-
-    /// Session mode with balance on.
-    pub(crate) fn balanced(&self) -> bool {
-        self.settings.balance && self.session_mode()
-    }
-
-    /// What the session reports: the work held or being claimed here (not what is being
-    /// handed over, stopped or lost) and `max_connections`.
-    pub(crate) fn balancer(&self) -> std::sync::MutexGuard<'_, decide::Balancer> {
-        self.balancer.lock().expect("balancer poisoned")
-    }
-
-    pub(crate) fn load(&self) -> SessionLoad {
-        let leases = self.leases.lock().expect("leases poisoned");
-        let held = leases
-            .by_id
-            .values()
-            .filter(|t| match t {
-                Tracked::Claiming => true,
-                Tracked::Held(h) => counts_in_load(h.cancel.reason(), h.handing_over.load(Ordering::SeqCst) != 0),
-            })
-            .count();
-        SessionLoad { held: held as u64, max_connections: self.settings.max_connections as u64 }
-    }
-
-    /// Claims that fit now: the free capacity, and with balance the room below the claim limit.
-    pub(crate) fn room(&self) -> usize {
-        let capacity = self.permits.available_permits();
-        if !self.balanced() {
-            return capacity;
-        }
-        capacity.min(self.claim_limit.load(Ordering::SeqCst).saturating_sub(self.tracked()))
-    }
-
-    /// Whether a claim now would be within the claim limit (always, without balance).
-    pub(crate) fn below_claim_limit(&self) -> bool {
-        !self.balanced() || self.tracked() < self.claim_limit.load(Ordering::SeqCst)
-    }
-
-    /// Picks `count` held connections to hand over ([`decide::hand_over_picks`]) and asks for a
-    /// session renewal at once: it reports them as no longer held, and once it has landed their
-    /// handlers are cancelled with [`CancelReason::HandOver`] ([`Inner::start_hand_overs`]);
-    /// each lease task then releases and hints its connection. Returns the ids.
-    pub(crate) fn hand_over(&self, count: usize) -> Vec<String> {
-        let leases = self.leases.lock().expect("leases poisoned");
-        let candidates: Vec<(String, u64, u64)> = leases
-            .by_id
-            .values()
-            .filter_map(|t| match t {
-                Tracked::Held(h) if h.cancel.reason().is_none() && h.handing_over.load(Ordering::SeqCst) == 0 => {
-                    Some((h.id.clone(), h.fence, h.claim_order))
-                }
-                _ => None,
-            })
-            .collect();
-        let picks = decide::hand_over_picks(&candidates, count);
-        let round = self.hand_over_rounds.fetch_add(1, Ordering::SeqCst) + 1;
-        for id in &picks {
-            if let Some(Tracked::Held(h)) = leases.by_id.get(id) {
-                h.handing_over.store(round, Ordering::SeqCst);
-            }
-        }
-        if !picks.is_empty() {
-            self.renew_now.notify_one();
-        }
-        picks
-    }
-
-    /// The latest hand-over round: a session renewal reads it before it reads the load.
-    pub(crate) fn hand_over_round(&self) -> u64 {
-        self.hand_over_rounds.load(Ordering::SeqCst)
-    }
-
-    /// A session renewal that read `round` has reported the connections picked up to that
-    /// round as gone: cancel their handlers.
-    pub(crate) fn start_hand_overs(&self, round: u64) {
-        let leases = self.leases.lock().expect("leases poisoned");
-        for t in leases.by_id.values() {
-            if let Tracked::Held(h) = t {
-                let picked = h.handing_over.load(Ordering::SeqCst);
-                if picked != 0 && picked <= round {
-                    h.cancel.cancel(CancelReason::HandOver);
-                }
-            }
-        }
-    }
-
-    /// Ids held or being claimed here.
-    pub(crate) fn tracked(&self) -> usize {
-        self.leases.lock().expect("leases poisoned").by_id.len()
-    }
-
-    /// Whether `id` is held or being claimed here.
-    pub(crate) fn is_tracked(&self, id: &str) -> bool {
-        self.leases.lock().expect("leases poisoned").by_id.contains_key(id)
-    }
-
-    /// Tries to claim `id`: needs capacity, must not be ours already, and the store decides.
-    pub(crate) async fn claim(&self, id: &str, source: &'static str) -> Claim {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            return Claim::NoCapacity;
-        };
-        {
-            let mut leases = self.leases.lock().expect("leases poisoned");
-            if leases.stopping {
-                return Claim::Stopping;
-            }
-            if leases.by_id.contains_key(id) {
-                return Claim::AlreadyOurs;
-            }
-            // Our own earlier epochs' work is taken back whatever the share (nobody else sees it
-            // as orphaned while we live); the excess is then handed over like any other.
-            let limited = self.balanced() && source != RECLAIM_OWN;
-            if limited && leases.by_id.len() >= self.claim_limit.load(Ordering::SeqCst) {
-                return Claim::NoCapacity;
-            }
-            leases.by_id.insert(id.to_string(), Tracked::Claiming);
-        }
-        let session = self.current_session();
-        let acquired = match (&session, self.session_mode()) {
-            (_, false) => self.store.acquire_started(id, &self.id).await,
-            (Some(session), true) => self.store.claim_in_session(id, session).await,
-            (None, true) => {
-                self.leases.lock().expect("leases poisoned").by_id.remove(id);
-                return Claim::Failed;
-            }
-        };
-        let lease = match acquired {
-            Ok(lease) if is_fleet_work(&lease) => lease,
-            Ok(lease) => {
-                self.leases.lock().expect("leases poisoned").by_id.remove(id);
-                debug!(connection_id = %id, desired_state = ?lease.desired_state, "not running work, giving it back");
-                if let Err(e) = self.store.release(&lease).await {
-                    warn!(connection_id = %id, error = %e, "release of non-running work failed");
-                }
-                self.counters.add(&self.counters.acquire_conflicts, 1);
-                return Claim::Conflict;
-            }
-            Err(e) => {
-                self.leases.lock().expect("leases poisoned").by_id.remove(id);
-                if matches!(e, Error::Timeout { outcome_unknown: true }) {
-                    self.unsettled.lock().expect("unsettled poisoned").insert(id.to_string());
-                }
-                return match claim_failure(&e) {
-                    ClaimFailure::Conflict => {
-                        debug!(connection_id = %id, source, reason = %e, "claim conflict");
-                        self.counters.add(&self.counters.acquire_conflicts, 1);
-                        Claim::Conflict
-                    }
-                    ClaimFailure::Error => {
-                        warn!(connection_id = %id, source, error = %e, "claim failed");
-                        self.counters.add(&self.counters.acquire_errors, 1);
-                        Claim::Failed
-                    }
-                };
-            }
-        };
-        let fence = lease.fence;
-        let order = self.claims.fetch_add(1, Ordering::SeqCst);
-        let held = Arc::new(Held::new(lease, session.as_ref().map(|s| s.epoch), order));
-        {
-            let mut leases = self.leases.lock().expect("leases poisoned");
-            leases.by_id.insert(id.to_string(), Tracked::Held(held.clone()));
-            if leases.stopping {
-                held.cancel.cancel(CancelReason::Shutdown);
-            }
-            // The session was lost (or a new epoch began) while the claim was in flight.
-            let session_now = self.session.lock().expect("session poisoned").clone();
-            let epoch_now = session_now.as_ref().map(|s| s.epoch);
-            if self.session_mode() && claim_outlived_session(held.session_epoch, epoch_now) {
-                held.cancel.cancel(CancelReason::Deadline);
-            }
-            // Session cover reaches claims in flight: a renewal that landed while the claim's
-            // answer was on its way moves this claim's deadline too (the leases lock orders it
-            // with `set_session`, which moves only what is already held).
-            if let Some(s) = session_now.filter(|s| moves_with_session(held.session_epoch, held.cancel.reason(), s)) {
-                held.deadline_mono_ms.fetch_max(s.deadline_mono_ms, Ordering::SeqCst);
-            }
-        }
-        self.counters.add(&self.counters.acquired, 1);
-        info!(connection_id = %id, fence, source, worker_id = %self.id, "claimed");
-        if self.new_leases.send((held, permit)).is_err() {
-            // The run loop is gone (the worker was dropped): nothing will supervise it.
-            self.leases.lock().expect("leases poisoned").by_id.remove(id);
-        }
-        Claim::Claimed
-    }
-
-    /// The held leases (not the claims in flight).
-    pub(crate) fn held(&self) -> Vec<Arc<Held>> {
-        let leases = self.leases.lock().expect("leases poisoned");
-        leases
-            .by_id
-            .values()
-            .filter_map(|t| match t {
-                Tracked::Held(h) => Some(h.clone()),
-                Tracked::Claiming => None,
-            })
-            .collect()
-    }
-
-    /// Forgets `held` once its task has ended (only if the entry is still this claim).
-    pub(crate) fn forget(&self, held: &Arc<Held>) {
-        let mut leases = self.leases.lock().expect("leases poisoned");
-        if matches!(leases.by_id.get(&held.id), Some(Tracked::Held(h)) if Arc::ptr_eq(h, held)) {
-            leases.by_id.remove(&held.id);
-        }
-    }
-
-    /// Stops new claims from running and cancels every held lease's handler; returns their ids.
-    fn stop_all(&self) -> Vec<String> {
-        let held = {
-            let mut leases = self.leases.lock().expect("leases poisoned");
-            leases.stopping = true;
-            leases
-                .by_id
-                .values()
-                .filter_map(|t| if let Tracked::Held(h) = t { Some(h.clone()) } else { None })
-                .collect::<Vec<_>>()
-        };
-        for h in &held {
-            h.cancel.cancel(CancelReason::Shutdown);
-        }
-        held.iter().map(|h| h.id.clone()).collect()
-    }
-
-    fn snapshot(&self) -> WorkerSnapshot {
-        let mut held: Vec<String> = self.held().iter().map(|h| h.id.clone()).collect();
-        held.sort();
-        let c = self.counters.totals();
-        WorkerSnapshot {
-            worker_id: self.id.clone(),
-            max_connections: self.settings.max_connections,
-            held,
-            acquired: c.acquired,
-            acquire_conflicts: c.acquire_conflicts,
-            acquire_errors: c.acquire_errors,
-            leases_lost: c.leases_lost,
-            released: c.released,
-            handler_errors: c.handler_errors,
-            handler_panics: c.handler_panics,
-            orphan_polls: c.orphan_polls,
-            hints_received: c.hints_received,
-            session_epoch: self.current_session().map(|s| s.epoch),
-            session_takeovers: c.session_takeovers,
-            handed_over: c.handed_over,
-            claim_limit: self.balanced().then(|| self.claim_limit.load(Ordering::SeqCst)),
-            stopping: self.shutdown.is_cancelled(),
-        }
-    }
-}
-
-/// A point-in-time view of a worker (counters are totals since start).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WorkerSnapshot {
-    pub worker_id: String,
-    pub max_connections: usize,
-    /// Ids whose lease this worker holds, sorted.
-    pub held: Vec<String>,
-    pub acquired: u64,
-    pub acquire_conflicts: u64,
-    pub acquire_errors: u64,
-    /// Lost to another owner or past the deadline.
-    pub leases_lost: u64,
-    pub released: u64,
-    pub handler_errors: u64,
-    pub handler_panics: u64,
-    pub orphan_polls: u64,
-    pub hints_received: u64,
-    /// Session mode: the epoch of the live session.
-    pub session_epoch: Option<u64>,
-    /// Session mode: connections claimed from dead sessions.
-    pub session_takeovers: u64,
-    /// Session mode: connections handed over to balance the fleet.
-    pub handed_over: u64,
-    /// Session mode with balance: the most this worker may hold after a claim now.
-    pub claim_limit: Option<usize>,
-    pub stopping: bool,
 }
 
 /// Controls a running worker from elsewhere (the CLI, tests): trigger shutdown, read a snapshot.
 #[derive(Clone)]
 pub struct WorkerHandle {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for WorkerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerHandle").field("worker_id", &self.inner.id).finish()
+        f.debug_struct("WorkerHandle").field("worker_id", &self.shared.id).finish()
     }
 }
 
 impl WorkerHandle {
     pub fn worker_id(&self) -> &str {
-        &self.inner.id
+        &self.shared.id
     }
 
     /// Starts the shutdown path: stop claiming, cancel handlers, release every lease.
     pub fn shutdown(&self) {
-        self.inner.shutdown.cancel();
+        self.shared.shutdown.cancel();
     }
 
     pub fn snapshot(&self) -> WorkerSnapshot {
-        self.inner.snapshot()
+        self.shared.engine().snapshot()
     }
 
     /// Ids held now, sorted.
     pub fn held_ids(&self) -> Vec<String> {
-        self.inner.snapshot().held
+        self.snapshot().held
     }
 
     /// Resolves once the worker's run has returned.
     pub async fn finished(&self) {
-        self.inner.finished.cancelled().await
+        self.shared.finished.cancelled().await
     }
 }
 
 /// A lease worker; see the module docs.
 pub struct Worker {
-    inner: Arc<Inner>,
-    new_leases: mpsc::UnboundedReceiver<NewLease>,
+    shared: Arc<Shared>,
+    store: Arc<dyn LeaseStore>,
+    handler: Handler,
     hints: Option<HintQueue>,
     reporter: Reporter,
 }
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("worker_id", &self.inner.id).field("settings", &self.inner.settings).finish()
+        f.debug_struct("Worker")
+            .field("worker_id", &self.shared.id)
+            .field("settings", self.shared.engine().settings())
+            .finish()
     }
 }
 
@@ -722,11 +348,11 @@ impl Worker {
     }
 
     pub fn worker_id(&self) -> &str {
-        &self.inner.id
+        &self.shared.id
     }
 
     pub fn handle(&self) -> WorkerHandle {
-        WorkerHandle { inner: self.inner.clone() }
+        WorkerHandle { shared: self.shared.clone() }
     }
 
     /// Runs the worker on a task of its own until [`WorkerHandle::shutdown`]; the task returns
@@ -748,73 +374,250 @@ impl Worker {
     /// Dropping this future instead (or aborting its task) is a crash: every task stops at once
     /// and no lease is released, so other workers take over after the expiry.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> WorkerSnapshot {
-        let Worker { inner, mut new_leases, hints, reporter } = self;
-        let reporter = Arc::new(reporter);
-        let mut tasks = JoinSet::new();
-        let mut lease_tasks = JoinSet::new();
-        tasks.spawn(reconcile::orphan_loop(inner.clone()));
-        tasks.spawn(reconcile::desired_state_loop(inner.clone()));
-        tasks.spawn(report::metrics_loop(inner.clone(), reporter.clone()));
-        if let Some(queue) = hints {
-            tasks.spawn(hints::hint_loop(inner.clone(), queue));
-        }
-        let session_stop = CancellationToken::new();
-        // Dropping `run_until` (a crash) stops the heartbeat too.
-        let mut session_task = inner
-            .session_mode()
-            .then(|| AbortOnDrop(tokio::spawn(session::session_loop(inner.clone(), session_stop.clone()))));
-        info!(worker_id = %inner.id, max_connections = inner.settings.max_connections, "worker started");
+        let Worker { shared, store, handler, hints, reporter } = self;
+        info!(worker_id = %shared.id, max_connections = shared.engine().settings().max_connections, "worker started");
+        let mut driver = Driver {
+            session_mode: store.config().mode == LeaseMode::Session,
+            shared: shared.clone(),
+            store,
+            handler,
+            hints,
+            reporter,
+            held: HashMap::new(),
+            reads: FuturesUnordered::new(),
+            tasks: FuturesUnordered::new(),
+            effects: FuturesUnordered::new(),
+            finished: false,
+        };
         tokio::pin!(shutdown);
+        let mut asked = false;
         loop {
-            tokio::select! {
+            driver.run_commands();
+            if driver.finished {
+                break;
+            }
+            let timeout = shared.engine().poll_timeout();
+            let clock = driver.store.clock();
+            let event = tokio::select! {
                 biased;
-                () = &mut shutdown => break,
-                () = inner.shutdown.cancelled() => break,
-                Some((held, permit)) = new_leases.recv() => {
-                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
-                }
-                Some(joined) = lease_tasks.join_next() => log_task_end(joined),
-                Some(joined) = tasks.join_next() => log_task_end(joined),
+                () = &mut shutdown, if !asked => Some(Event::Shutdown),
+                () = shared.shutdown.cancelled(), if !asked => Some(Event::Shutdown),
+                Some(event) = driver.tasks.next(), if !driver.tasks.is_empty() => Some(event),
+                Some(event) = driver.reads.next(), if !driver.reads.is_empty() => Some(event),
+                Some(()) = driver.effects.next(), if !driver.effects.is_empty() => None,
+                () = hold::sleep_until_mono(clock, timeout.unwrap_or(u64::MAX)), if timeout.is_some() => None,
+            };
+            asked |= matches!(event, Some(Event::Shutdown));
+            let now = driver.now();
+            let mut engine = shared.engine();
+            match event {
+                Some(event) => engine.handle(event, now),
+                None => engine.handle_timeout(now),
             }
         }
-        info!(worker_id = %inner.id, held = inner.held().len(), "shutting down");
-        inner.shutdown.cancel();
-        let held_at_shutdown = inner.stop_all();
-        // Session mode: the one session write frees everything, so it comes once no claim is in
-        // flight and every handler has returned (not after the loops: a long poll may be pending).
-        if let Some(task) = session_task.as_mut() {
-            while inner.tracked() > 0 || !new_leases.is_empty() {
-                tokio::select! {
-                    biased;
-                    Some((held, permit)) = new_leases.recv() => {
-                        lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
-                    }
-                    Some(joined) = lease_tasks.join_next() => log_task_end(joined),
-                    // A claim in flight sends no event when it fails: look again shortly.
-                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
-                }
-            }
-            session_stop.cancel();
-            let _ = (&mut task.0).await;
-            end_session(&inner, &held_at_shutdown).await;
-        }
-        // Claims already in flight still land (and are cancelled at once); every lease task
-        // waits for its handler and releases its lease, all of them at the same time.
-        while !(tasks.is_empty() && lease_tasks.is_empty() && new_leases.is_empty()) {
-            tokio::select! {
-                biased;
-                Some((held, permit)) = new_leases.recv() => {
-                    lease_tasks.spawn(lease_task::supervise(inner.clone(), held, permit));
-                }
-                Some(joined) = lease_tasks.join_next(), if !lease_tasks.is_empty() => log_task_end(joined),
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => log_task_end(joined),
-            }
-        }
-        let snapshot = inner.snapshot();
-        reporter.emit(&inner);
-        info!(worker_id = %inner.id, released = snapshot.released, "worker stopped");
-        inner.finished.cancel();
+        // Writes still in flight (work given back) and hints being sent or settled finish;
+        // reads are dropped.
+        while driver.tasks.next().await.is_some() {}
+        while driver.effects.next().await.is_some() {}
+        let snapshot = shared.engine().snapshot();
+        shared.finished.cancel();
         snapshot
+    }
+}
+
+/// A held lease as the driver keeps it: the state its handler shares, and its task's abort.
+struct Slot {
+    held: Arc<Held>,
+    abort: tokio::task::AbortHandle,
+}
+
+/// The tokio driver of the engine: runs each command, feeds back each answer, sleeps until the
+/// engine's next timeout. Every future it runs lives in this run: dropping it is a crash.
+struct Driver {
+    shared: Arc<Shared>,
+    store: Arc<dyn LeaseStore>,
+    session_mode: bool,
+    handler: Handler,
+    hints: Option<HintQueue>,
+    reporter: Reporter,
+    held: HashMap<String, Slot>,
+    /// Reads in flight (dropped at the end of the run).
+    reads: FuturesUnordered<BoxFuture<'static, Event>>,
+    /// Writes, handlers and hint receives: each ends in an event.
+    tasks: FuturesUnordered<BoxFuture<'static, Event>>,
+    /// Hints sent and settled: no answer.
+    effects: FuturesUnordered<BoxFuture<'static, ()>>,
+    finished: bool,
+}
+
+impl Driver {
+    fn now(&self) -> Now {
+        let clock = self.store.clock();
+        Now { wall_ms: clock.now_ms(), mono_ms: clock.monotonic_ms() }
+    }
+
+    fn run_commands(&mut self) {
+        loop {
+            let Some(command) = self.shared.engine().poll_command() else { return };
+            self.run(command);
+        }
+    }
+
+    fn run(&mut self, command: Command) {
+        match command {
+            Command::Run { op, request } => {
+                let read = request.is_read();
+                let answer = self.operation(request);
+                let event = async move { Event::Answer { op, answer: answer.await } }.boxed();
+                if read {
+                    self.reads.push(event);
+                } else {
+                    self.tasks.push(event);
+                }
+            }
+            Command::StartHandler { lease } => self.start_handler(lease),
+            Command::CancelHandler { id, reason } => {
+                if let Some(slot) = self.held.get(&id) {
+                    slot.held.cancel.cancel(reason);
+                }
+            }
+            Command::AbortHandler { id } => {
+                if let Some(slot) = self.held.get(&id) {
+                    slot.abort.abort();
+                }
+            }
+            Command::SetDeadline { id, deadline_mono_ms } => {
+                if let Some(slot) = self.held.get(&id) {
+                    slot.held.cover(deadline_mono_ms);
+                }
+            }
+            Command::Forget { id } => {
+                // Anything the handler left running with a clone of the connection stops now.
+                if let Some(slot) = self.held.remove(&id) {
+                    slot.held.cancel.cancel(CancelReason::Released);
+                }
+            }
+            Command::ReceiveHints { max, wait_ms } => {
+                if let Some(queue) = self.hints.clone() {
+                    self.tasks.push(hints::receive(queue, max, Duration::from_millis(wait_ms)).boxed());
+                }
+            }
+            Command::SettleHints { delete, give_back, defer, defer_ms } => {
+                if let Some(queue) = self.hints.clone() {
+                    self.effects.push(hints::settle(queue, delete, give_back, defer, defer_ms).boxed());
+                }
+            }
+            Command::SendHint { id } => {
+                if let Some(queue) = self.hints.clone() {
+                    self.effects.push(async move { hints::hand_over(&queue, &id).await }.boxed());
+                }
+            }
+            Command::EmitMetrics => {
+                let metrics = self.shared.engine().take_metrics();
+                self.reporter.emit(&self.shared.id, &metrics, self.session_mode, self.store.clock().now_ms());
+            }
+            Command::Finished => self.finished = true,
+        }
+    }
+
+    fn start_handler(&mut self, lease: Lease) {
+        let id = lease.id.clone();
+        let held = Arc::new(Held::new(lease.clone()));
+        let conn = Connection::new(held.clone(), self.store.clone(), &lease);
+        let task = tokio::spawn((self.handler)(conn));
+        let abort = task.abort_handle();
+        let state = held.clone();
+        self.tasks.push(
+            async move {
+                // Dropped with the run (a crash), the handler stops too.
+                let mut task = AbortOnDrop(task);
+                let end = match (&mut task.0).await {
+                    Ok(Ok(())) => HandlerEnd::Returned,
+                    Ok(Err(e)) => {
+                        warn!(connection_id = %id, error = %e, "handler failed");
+                        HandlerEnd::Failed
+                    }
+                    Err(e) if e.is_panic() => {
+                        error!(connection_id = %id, error = %panic_message(e.into_panic()), "handler panicked");
+                        HandlerEnd::Panicked
+                    }
+                    Err(_) => HandlerEnd::Aborted,
+                };
+                Event::HandlerEnded { id, end, reason: state.cancel.reason() }
+            }
+            .boxed(),
+        );
+        self.held.insert(lease.id, Slot { held, abort });
+    }
+
+    /// The store operation `request` as a future of its answer.
+    fn operation(&self, request: Op) -> BoxFuture<'static, Answer> {
+        let store = self.store.clone();
+        let owner = self.shared.id.clone();
+        let answer = |r: Result<Answer>| r.unwrap_or_else(Answer::Failed);
+        match request {
+            Op::Claim { id, session } => async move {
+                let claimed = match session {
+                    None => store.acquire_started(&id, &owner).await,
+                    Some(session) => store.claim_in_session(&id, &session).await,
+                };
+                answer(claimed.map(Answer::Lease))
+            }
+            .boxed(),
+            Op::Renew { id, .. } => {
+                let held = self.held.get(&id).map(|s| s.held.clone());
+                async move {
+                    let Some(held) = held else { return Answer::Failed(Error::Lost { id }) };
+                    // Rule 2 inside: the wait for the lock and the request end at the deadline.
+                    answer(held.renew(&*store).await.map(|()| Answer::Lease(held.current())))
+                }
+                .boxed()
+            }
+            Op::Release { id } => {
+                let held = self.held.get(&id).map(|s| s.held.clone());
+                async move {
+                    let Some(held) = held else { return Answer::Failed(Error::Lost { id }) };
+                    let lease = held.lease.lock().await;
+                    answer(store.release(&lease).await.map(|()| Answer::Done))
+                }
+                .boxed()
+            }
+            Op::ReleaseLease { lease } => {
+                async move { answer(store.release(&lease).await.map(|()| Answer::Done)) }.boxed()
+            }
+            Op::Get { id } => async move { answer(store.get(&id).await.map(Answer::Item)) }.boxed(),
+            Op::OrphansPage { cutoff_ms, page_size } => async move {
+                let page = store.orphans_page(cutoff_ms, page_size, None).await;
+                answer(page.map(|p| Answer::Orphans { full: p.next.is_some(), items: p.items }))
+            }
+            .boxed(),
+            Op::Sessions => async move { answer(store.sessions(u64::MAX).await.map(Answer::Sessions)) }.boxed(),
+            Op::OwnedBy { owner } => async move { answer(store.owned_by(&owner).await.map(Answer::Owned)) }.boxed(),
+            Op::RetireSession { owner, epoch } => {
+                async move { answer(store.retire_session(&owner, epoch).await.map(|_| Answer::Done)) }.boxed()
+            }
+            Op::CreateSession { previous } => {
+                async move { answer(store.create_session(&owner, previous).await.map(Answer::Session)) }.boxed()
+            }
+            Op::RenewSession { mut session, load, until_mono_ms } => async move {
+                // Rule 2: nothing runs past the deadline, a renewal stuck in the network included.
+                let lost = Error::Lost { id: store.config().session_id(&owner) };
+                tokio::select! {
+                    renewed = store.renew_session_reporting(&mut session, load) => {
+                        answer(renewed.map(|()| Answer::Session(session)))
+                    }
+                    () = hold::sleep_until_mono(store.clock(), until_mono_ms) => Answer::Failed(lost),
+                }
+            }
+            .boxed(),
+            Op::EndSession { session, load } => {
+                async move { answer(store.end_session_reporting(&session, load).await.map(|()| Answer::Done)) }.boxed()
+            }
+            Op::DesiredStates { ids } => async move {
+                answer(store.batch_desired_states(&ids).await.map(|s| Answer::DesiredStates(s.into_iter().collect())))
+            }
+            .boxed(),
+        }
     }
 }
 
@@ -827,27 +630,10 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Session mode's graceful end: one write (session expiry 0) frees everything still held, then
-/// the work is hinted to the fleet. No per-connection write is waited for.
-async fn end_session(inner: &Inner, ids: &[String]) {
-    let Some(session) = inner.current_session() else { return };
-    // The end reports what it frees: a peer at its share counts it when the hints arrive.
-    let freed = SessionLoad { held: ids.len() as u64, max_connections: inner.settings.max_connections as u64 };
-    match inner.store.end_session_reporting(&session, freed).await {
-        Ok(()) => info!(worker_id = %inner.id, epoch = session.epoch, "session ended"),
-        Err(e) => warn!(worker_id = %inner.id, error = %e, "session end failed; it will expire"),
-    }
-    inner.set_session(None);
-    if let Some(queue) = &inner.hand_over {
-        futures::future::join_all(ids.iter().map(|id| hints::hand_over(queue, id))).await;
-    }
-}
-
-fn log_task_end(joined: std::result::Result<(), tokio::task::JoinError>) {
-    if let Err(e) = joined {
-        if e.is_panic() {
-            error!(error = %e, "worker task panicked");
-        }
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => payload.downcast::<&'static str>().map(|s| s.to_string()).unwrap_or_else(|_| "panic".into()),
     }
 }
 
