@@ -30,7 +30,8 @@ test-engine:
 	scripts/with-services.sh .venv/bin/python scripts/test_local_engine.py
 	scripts/test_services.sh
 
-# Runs the tests of every crate, the Lambdas' handler tests included.
+# Runs the tests of every crate, the Lambdas' handler tests included (core/tests/hot_partition.rs
+# starts a local engine of its own with per-partition limits).
 test-rust:
 	scripts/with-services.sh $(CARGO) test --workspace
 
