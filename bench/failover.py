@@ -109,9 +109,9 @@ def main() -> None:
             "steady": session.get("steady"),
             "rounds": session.get("rounds"),
             "method": "session mode, real worker processes killed with SIGKILL (the busiest first, one replacement "
-            "started after each), unscaled; per stream the victim held: signal to the first answer of a query of "
-            "the owner index (polled every 20 ms) without it under the victim (session claims carry no time), so "
-            "samples err high by up to one poll.",
+            "started after each), unscaled; per stream the victim held: signal to the first answer of a consistent "
+            "read of its owner (every 50 ms) showing another owner (session claims carry no time), so samples err "
+            "high by up to one poll and one read.",
         }
     out = Path(__file__).resolve().parent / "results" / "failover.json"
     record = {"crash": crash, "graceful": graceful, "crash_scale": k}

@@ -398,9 +398,10 @@ def session_section(r: Dict[str, Any], ss: Dict[str, Any], crash_setup: Dict[str
         f"skew {fmt(skew)} ms, orphan and dead-session query every {fmt(orphan)} ms, **unscaled**: {fmt(ss.get('failures'))} "
         f"SIGKILLs of the busiest of {fmt(ss.get('workers'))} worker processes holding {fmt(ss.get('connections'))} streams, "
         f"{fmt(ss.get('samples'))} stream samples ({fmt(ss.get('moved_before_signal'))} streams handed over before the signal "
-        "left out). A session claim writes no time on the connection item, so the claim instant is the arrival of the "
-        "first answer of a query of the owner index (polled every 20 ms) without the stream under the victim: the "
-        "samples err high by up to one poll. The expected window: a crash just after a session renewal waits "
+        "left out). A session claim writes no time on the connection item, so the victim's unclaimed streams are read "
+        "every 50 ms (consistent BatchGetItems of the owner attribute alone, cheap for an engine that serves one "
+        "request at a time) and the claim instant is the arrival of the first answer showing another owner: the "
+        "samples err high by up to one poll and one read. The expected window: a crash just after a session renewal waits "
         f"lease + skew = {fmt((lease or 0) + (skew or 0))} ms for the session to be dead beyond the skew, one just before "
         f"a renewal {fmt((lease or 0) - (renew or 0) + (skew or 0))} ms; then up to one query interval and the claims "
         f"(one TransactWriteItems each). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
