@@ -9,9 +9,11 @@ FLEET_PORT ?= 4576
 DEMO_PORT ?= 4577
 # And the election benchmark (it also uses the local Redis, see scripts/redis.sh).
 ELECTION_BENCH_PORT ?= 4578
-# The failover bench's two engines (crash and graceful rounds run at the same time).
+# The failover bench's engines (crash and graceful rounds run at the same time; session-mode
+# crash rounds after them, on a third).
 FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
+FAILOVER_SESSION_PORT ?= 4586
 
 .PHONY: docs test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
 
@@ -30,7 +32,8 @@ test-engine:
 	scripts/with-services.sh .venv/bin/python scripts/test_local_engine.py
 	scripts/test_services.sh
 
-# Runs the tests of every crate, the Lambdas' handler tests included.
+# Runs the tests of every crate, the Lambdas' handler tests included (core/tests/hot_partition.rs
+# starts a local engine of its own with per-partition limits).
 test-rust:
 	scripts/with-services.sh $(CARGO) test --workspace
 
@@ -125,9 +128,11 @@ bench-election:
 bench-write-cost:
 	core/bench.sh
 
-# Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes.
+# Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes;
+# session-mode crash failover at a 5 s session lease, unscaled; writes per connection-hour of both.
 bench-failover:
-	FAILOVER_CRASH_PORT=$(FAILOVER_CRASH_PORT) FAILOVER_GRACEFUL_PORT=$(FAILOVER_GRACEFUL_PORT) bench/failover.sh
+	FAILOVER_CRASH_PORT=$(FAILOVER_CRASH_PORT) FAILOVER_GRACEFUL_PORT=$(FAILOVER_GRACEFUL_PORT) \
+	  FAILOVER_SESSION_PORT=$(FAILOVER_SESSION_PORT) bench/failover.sh
 
 # bench/REPORT.md and the PNG plots from the results (matplotlib installed into .venv if missing).
 bench-report:

@@ -8,7 +8,13 @@ of those knobs plus request latencies, so the figure at the default 20 s lease i
 times k. That also multiplies the request and process latencies by k, so the scaled figure
 overstates them (it errs high). Hand-overs run at the defaults and are not scaled.
 
-usage: failover.py CRASH_JSON GRACEFUL_JSON
+Session-mode crash samples (SESSION_JSON) were measured at a 5 s session lease, the setting they
+report, and are not scaled. Writes per connection-hour come from the local engine's counts of the
+lease table's writes over a steady window (cli/src/failover.rs): session mode's as measured;
+per-item's measured at the scaled knobs (renew 1.25 s) and divided by k for the defaults (a
+renewal per renew interval: the count scales exactly).
+
+usage: failover.py CRASH_JSON GRACEFUL_JSON [SESSION_JSON]
 """
 
 from __future__ import annotations
@@ -37,9 +43,17 @@ def pct(samples: List[float], p: float) -> float:
     return xs[max(0, min(len(xs) - 1, int(round(p / 100 * len(xs) + 0.5)) - 1))]
 
 
+def writes(run: Dict[str, Any], key: str) -> Any:
+    count = run.get(key)
+    return None if count is None else count["writes_per_connection_hour"]
+
+
 def main() -> None:
     crash, graceful = last_json(sys.argv[1]), last_json(sys.argv[2])
-    for run in (crash, graceful):
+    session = last_json(sys.argv[3]) if len(sys.argv) > 3 else None
+    for run in (crash, graceful, session):
+        if run is None:
+            continue
         # A stream claimed by another worker before the signal (the victim had already lost it)
         # is no failover sample (older reports recorded it as 0 ms).
         zeros = [s for s in run["samples_ms"] if s <= 0]
@@ -70,8 +84,40 @@ def main() -> None:
             "(k = 20000 / measured lease); hand-over at the defaults, unscaled.",
         },
     }
+    per_item_writes = writes(crash, "steady")
+    if per_item_writes is not None:
+        figures["crash_failover_writes_per_connection_hour_measured"] = per_item_writes
+        figures["crash_failover_writes_per_connection_hour"] = round(per_item_writes / k, 2)
+        figures["failover_setup"]["crash"]["steady"] = crash["steady"]
+    if session is not None:
+        samples = session["samples_ms"]
+        figures |= {
+            "session_crash_failover_ms_p50": pct(samples, 50),
+            "session_crash_failover_ms_p99": pct(samples, 99),
+            "session_crash_failover_ms_max": max(samples),
+            "session_failover_writes_per_connection_hour": writes(session, "steady"),
+            "session_failover_writes_per_connection_hour_with_crashes": writes(session, "rounds"),
+        }
+        figures["failover_setup"]["session"] = {
+            key: session[key]
+            for key in ("failures", "connections", "workers", "lease_ms", "renew_ms", "clock_skew_ms", "orphan_interval_ms", "claim_instant")
+        } | {
+            "samples": len(samples),
+            "load_average": session.get("load_average"),
+            "moved_before_signal": session["moved_before_signal"],
+            "per_failure_max_ms": session["per_failure_max_ms"],
+            "steady": session.get("steady"),
+            "rounds": session.get("rounds"),
+            "method": "session mode, real worker processes killed with SIGKILL (the busiest first, one replacement "
+            "started after each), unscaled; per stream the victim held: signal to the first answer of a consistent "
+            "read of its owner (every 50 ms) showing another owner (session claims carry no time), so samples err "
+            "high by up to one poll and one read.",
+        }
     out = Path(__file__).resolve().parent / "results" / "failover.json"
-    out.write_text(json.dumps({"crash": crash, "graceful": graceful, "crash_scale": k}, indent=1) + "\n")
+    record = {"crash": crash, "graceful": graceful, "crash_scale": k}
+    if session is not None:
+        record["session_crash"] = session
+    out.write_text(json.dumps(record, indent=1) + "\n")
     merge(figures)
     print(
         f"crash failover at a {DEFAULT_LEASE_MS // 1000} s lease (measured at {crash['lease_ms']} ms, x{k:g}): "
@@ -80,6 +126,15 @@ def main() -> None:
         f"{figures['graceful_handover_ms_p50']} ms, max {figures['graceful_handover_ms_max']} ms over "
         f"{len(hand)} streams of {graceful['failures']} SIGTERMs"
     )
+    if session is not None:
+        print(
+            f"session-mode crash failover at a {session['lease_ms']} ms session lease, unscaled: "
+            f"p50 {figures['session_crash_failover_ms_p50']} ms, p99 {figures['session_crash_failover_ms_p99']} ms, "
+            f"max {figures['session_crash_failover_ms_max']} ms over {len(session['samples_ms'])} streams of "
+            f"{session['failures']} SIGKILLs; writes per connection-hour: session "
+            f"{figures['session_failover_writes_per_connection_hour']}, per-item at the defaults "
+            f"{figures.get('crash_failover_writes_per_connection_hour')}"
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ can be lost, and of two deletes at once one can be undone: that message comes ba
 walk under that lock deletes a whole batch. And ReceiveMessage reads the
 clock twice per message in the queue to find the visible ones; here it reads it once per call.
 
+Opt-in, DynamoDB's per-partition throughput limits (LEASELOCK_PARTITION_WCU /
+LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/partition_limits.py.
+
     python scripts/local_engine.py [-H 127.0.0.1] [-p 4566]
 """
 
@@ -35,6 +38,8 @@ from moto.server import MotoRequestHandler
 from moto.sqs.exceptions import ReceiptHandleIsInvalid
 from moto.sqs.models import Queue, SQSBackend
 from werkzeug.serving import run_simple
+
+import partition_limits
 
 
 class _TablesAreNotCopied:
@@ -173,16 +178,24 @@ SQSBackend.delete_message_batch = _delete_message_batch
 
 
 class OneDynamoDBRequestAtATime:
-    def __init__(self, app):
+    """Serialises DynamoDB requests; with `limits`, bills and limits them per partition too."""
+
+    def __init__(self, app, limits=None):
         self.app = app
         self.lock = threading.Lock()
+        # Without limits, DynamoDB requests go straight to moto: nothing is parsed or counted.
+        self.dynamodb = app if limits is None else partition_limits.PartitionLimited(app, limits)
+        self.stats = None if limits is None else self.dynamodb.stats
 
     def __call__(self, environ, start_response):
         if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB"):
+            if self.stats is not None and environ.get("PATH_INFO", "").startswith(partition_limits.PATH):
+                with self.lock:
+                    return self.stats(environ, start_response)
             return self.app(environ, start_response)
         with self.lock:
             # The whole response is produced under the lock.
-            return list(self.app(environ, start_response))
+            return list(self.dynamodb(environ, start_response))
 
 
 def main():
@@ -190,11 +203,19 @@ def main():
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=4566)
     args = parser.parse_args()
+    limits = partition_limits.limits_from_env()
+    if limits is not None:
+        print(
+            "local engine: per-partition limits, write units/s %s, read units/s %s (%s)"
+            % (limits[0] or "unlimited", limits[1] or "unlimited", partition_limits.PATH),
+            flush=True,
+        )
+        limits = partition_limits.PartitionLimits(*limits)
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,
         args.port,
-        OneDynamoDBRequestAtATime(app),
+        OneDynamoDBRequestAtATime(app, limits),
         threaded=True,
         request_handler=MotoRequestHandler,
     )

@@ -4,27 +4,34 @@
 
 Each test is a property the project's other tests rely on: DynamoDB's atomic conditional writes
 and transactions, and SQS semantics (counts, delays, visibility, batch deletes) that the engine
-reimplements faster. Run against a stock moto_server, the atomicity test fails.
+reimplements faster. Run against a stock moto_server, the atomicity test fails. The per-partition
+limits (scripts/partition_limits.py) are checked on an engine of this test's own, started with
+them on a free loopback port and stopped by its pid.
 """
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 import unittest
+import urllib.request
 import uuid
+from pathlib import Path
 
 import boto3
 from botocore.config import Config
 
 ENDPOINT = os.environ.get("AWS_ENDPOINT_URL", "http://127.0.0.1:4566")
-CONFIG = Config(max_pool_connections=64, retries={"max_attempts": 1})
+CONFIG = Config(max_pool_connections=64, retries={"total_max_attempts": 1})
 
 
-def client(service):
+def client(service, endpoint=None):
     return boto3.client(
         service,
-        endpoint_url=ENDPOINT,
+        endpoint_url=endpoint or ENDPOINT,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
@@ -241,6 +248,261 @@ class SQS(unittest.TestCase):
         attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
         self.assertEqual(attributes["ContentBasedDeduplication"], "true")
         self.assertEqual(attributes["FifoQueue"], "true")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(url):
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class LimitedEngine:
+    """scripts/local_engine.py on a free port with per-partition limits; stopped by its pid."""
+
+    def __init__(self, wcu, rcu):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, LEASELOCK_PARTITION_WCU=str(wcu), LEASELOCK_PARTITION_RCU=str(rcu))
+        engine = Path(__file__).resolve().parent / "local_engine.py"
+        self.process = subprocess.Popen(
+            [sys.executable, str(engine), "-H", "127.0.0.1", "-p", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not answers(self.endpoint + "/moto-api/"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the limited engine did not answer on {self.endpoint}")
+            time.sleep(0.1)
+
+    def stats(self, reset=False):
+        request = urllib.request.Request(
+            self.endpoint + "/_leaselock/partitions" + ("/reset" if reset else ""), method="POST" if reset else "GET"
+        )
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.load(r)
+
+    def partition(self, table, index, partition, kind="write"):
+        for p in self.stats()["partitions"]:
+            if (p["table"], p["index"], p["partition"], p["kind"]) == (table, index, partition, kind):
+                return p
+        return None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def S(v):
+    return {"S": v}
+
+
+def N(v):
+    return {"N": str(v)}
+
+
+class PartitionLimits(unittest.TestCase):
+    """Units billed per partition key value as DynamoDB bills them, refused past the limit.
+
+    Limits: 10 write units/s, 5 read units/s. Item sizes are chosen so that two requests in a
+    row (well within one second) cross a limit, so no test depends on the machine's speed.
+    """
+
+    WCU, RCU = 10, 5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = LimitedEngine(cls.WCU, cls.RCU)
+        cls.ddb = client("dynamodb", cls.engine.endpoint)
+        cls.table = unique("limited")
+        cls.ddb.create_table(
+            TableName=cls.table,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "state", "AttributeType": "S"},
+                {"AttributeName": "exp", "AttributeType": "N"},
+                {"AttributeName": "owner", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by-state",
+                    "KeySchema": [
+                        {"AttributeName": "state", "KeyType": "HASH"},
+                        {"AttributeName": "exp", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                },
+                {
+                    "IndexName": "by-owner",
+                    "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                },
+            ],
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.stop()
+
+    def setUp(self):
+        # Every test uses partition key values of its own; a reset also empties every window.
+        self.engine.stats(reset=True)
+
+    def put(self, pk, size_kb=0, **attrs):
+        item = {"pk": S(pk), **attrs}
+        if size_kb:
+            item["pad"] = S("x" * (size_kb * 1024 - 3 - 4 - len(pk) - 10))
+        self.ddb.put_item(TableName=self.table, Item=item)
+
+    def assert_throttled(self, call, reason, resource_suffix=""):
+        with self.assertRaises(self.ddb.exceptions.ProvisionedThroughputExceededException) as caught:
+            call()
+        response = caught.exception.response
+        self.assertEqual(response["ResponseMetadata"]["HTTPStatusCode"], 400)
+        reasons = response.get("ThrottlingReasons") or []
+        self.assertIn(reason, [r["reason"] for r in reasons], response)
+        if resource_suffix:
+            self.assertTrue(any(r["resource"].endswith(resource_suffix) for r in reasons), reasons)
+
+    def test_table_writes_are_billed_per_kb_and_limited_per_partition_value(self):
+        self.put("w-hot", size_kb=6)  # 6 units of 10
+        self.assert_throttled(lambda: self.put("w-hot", size_kb=6, v=N(2)), "TableWriteKeyRangeThroughputExceeded",
+                              f"table/{self.table}")
+        # Refused means not applied.
+        got = self.ddb.get_item(TableName=self.table, Key={"pk": S("w-hot")}, ConsistentRead=True)["Item"]
+        self.assertNotIn("v", got)
+        # Another partition key value has a budget of its own.
+        self.put("w-other", size_kb=6)
+        hot = self.engine.partition(self.table, None, "w-hot")
+        self.assertEqual((hot["units"], hot["throttled"]), (6, 1))
+        # The window slides: the same write passes once the first has aged out.
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                self.put("w-hot", size_kb=6, v=N(3))
+                break
+            except self.ddb.exceptions.ProvisionedThroughputExceededException:
+                self.assertLess(time.monotonic(), deadline, "the window never slid")
+                time.sleep(0.1)
+
+    def test_an_index_key_change_costs_two_index_writes_on_the_index_partition(self):
+        # Items on distinct table partitions, one index partition value: the index is the hot spot.
+        for i in range(2):
+            self.put(f"i-{i}", state=S("STARTED"), exp=N(1000), owner=S("a"))
+        self.engine.stats(reset=True)
+
+        def renew(pk, exp):
+            self.ddb.update_item(
+                TableName=self.table,
+                Key={"pk": S(pk)},
+                UpdateExpression="SET #e = :e",
+                ConditionExpression="#o = :a",
+                ExpressionAttributeNames={"#e": "exp", "#o": "owner"},
+                ExpressionAttributeValues={":e": N(exp), ":a": S("a")},
+            )
+
+        for exp in range(2001, 2006):  # 5 renewals x 2 index units = the limit
+            renew("i-0", exp)
+        started = self.engine.partition(self.table, "by-state", "STARTED")
+        self.assertEqual(started["units"], 10)
+        # The owner index (keys only) is not written: its key and projection did not change.
+        self.assertIsNone(self.engine.partition(self.table, "by-owner", "a"))
+        # A table write to a cold table partition that the index partition cannot absorb.
+        self.assert_throttled(lambda: renew("i-1", 3000), "IndexWriteKeyRangeThroughputExceeded",
+                              f"table/{self.table}/index/by-state")
+        got = self.ddb.get_item(TableName=self.table, Key={"pk": S("i-1")}, ConsistentRead=True)["Item"]
+        self.assertEqual(got["exp"], N(1000), "a refused write is not applied")
+        self.assertEqual(self.engine.partition(self.table, "by-state", "STARTED")["throttled"], 1)
+        self.assertEqual(self.engine.partition(self.table, None, "i-0")["units"], 5)
+
+    def test_entering_leaving_and_moving_between_index_partitions(self):
+        self.put("m-0")
+        self.ddb.update_item(TableName=self.table, Key={"pk": S("m-0")}, UpdateExpression="SET #o = :o",
+                             ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": S("x")})
+        self.ddb.update_item(TableName=self.table, Key={"pk": S("m-0")}, UpdateExpression="SET #o = :o",
+                             ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": S("y")})
+        self.ddb.update_item(TableName=self.table, Key={"pk": S("m-0")}, UpdateExpression="REMOVE #o",
+                             ExpressionAttributeNames={"#o": "owner"})
+        # x: insert, then delete; y: insert, then delete.
+        self.assertEqual(self.engine.partition(self.table, "by-owner", "x")["units"], 2)
+        self.assertEqual(self.engine.partition(self.table, "by-owner", "y")["units"], 2)
+        self.assertIsNone(self.engine.partition(self.table, "by-state", "STARTED"))
+        self.assertEqual(self.engine.partition(self.table, None, "m-0")["units"], 4)
+        # A failed condition is billed on the table (the item as it was), never on an index.
+        with self.assertRaises(self.ddb.exceptions.ConditionalCheckFailedException):
+            self.ddb.update_item(TableName=self.table, Key={"pk": S("m-0")}, UpdateExpression="SET #o = :o",
+                                 ConditionExpression="attribute_exists(#o)",
+                                 ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": S("z")})
+        self.assertEqual(self.engine.partition(self.table, None, "m-0")["units"], 5)
+        self.assertIsNone(self.engine.partition(self.table, "by-owner", "z"))
+        writes = self.engine.stats()["writes"][self.table]
+        self.assertEqual(writes, {"PutItem": 1, "UpdateItem": 3})
+
+    def test_reads_4kb_per_unit_eventually_consistent_halves(self):
+        self.put("r-big", size_kb=9)  # 3 read units consistent, 1.5 eventually consistent
+        get = lambda consistent: self.ddb.get_item(TableName=self.table, Key={"pk": S("r-big")},
+                                                   ConsistentRead=consistent)
+        get(True)  # 3 of 5
+        self.assert_throttled(lambda: get(True), "TableReadKeyRangeThroughputExceeded")
+        get(False)  # 1.5 more: 4.5
+        self.assert_throttled(lambda: get(False), "TableReadKeyRangeThroughputExceeded")
+        big = self.engine.partition(self.table, None, "r-big", "read")
+        self.assertEqual((big["units"], big["peak_units_per_s"], big["throttled"]), (4.5, 4.5, 2))
+
+    def test_an_index_query_is_billed_on_its_partition_value(self):
+        self.put("q-0", state=S("QUERIED"), exp=N(5))
+        self.engine.stats(reset=True)
+        got = self.ddb.query(TableName=self.table, IndexName="by-state",
+                             KeyConditionExpression="#s = :s AND #e < :c",
+                             ExpressionAttributeNames={"#s": "state", "#e": "exp"},
+                             ExpressionAttributeValues={":s": S("QUERIED"), ":c": N(10)})
+        self.assertEqual(got["Count"], 1)
+        self.ddb.query(TableName=self.table, IndexName="by-state", KeyConditionExpression="#s = :s",
+                       ExpressionAttributeNames={"#s": "state"}, ExpressionAttributeValues={":s": S("EMPTY")})
+        self.assertEqual(self.engine.partition(self.table, "by-state", "QUERIED", "read")["units"], 0.5)
+        self.assertEqual(self.engine.partition(self.table, "by-state", "EMPTY", "read")["units"], 0.5)
+
+    def test_a_throttled_transaction_item_cancels_the_transaction(self):
+        self.put("t-hot", size_kb=6)
+        update = lambda pk: {"Update": {"TableName": self.table, "Key": {"pk": S(pk)}, "UpdateExpression": "SET v = :v",
+                                        "ExpressionAttributeValues": {":v": N(1)}}}
+        # 2 x 6 units on t-hot (over the limit with the put above), 2 x 1 on t-cold.
+        with self.assertRaises(self.ddb.exceptions.TransactionCanceledException) as caught:
+            self.ddb.transact_write_items(TransactItems=[update("t-cold"), update("t-hot")])
+        codes = [r["Code"] for r in caught.exception.response["CancellationReasons"]]
+        self.assertEqual(codes, ["None", "ThrottlingError"])
+        for pk in ("t-cold", "t-hot"):
+            got = self.ddb.get_item(TableName=self.table, Key={"pk": S(pk)}, ConsistentRead=True).get("Item", {})
+            self.assertNotIn("v", got, f"{pk}: a cancelled transaction changes nothing")
+
+    def test_without_the_variables_nothing_is_limited(self):
+        ddb = client("dynamodb")  # the shared engine, started without limits
+        table = unique("unlimited")
+        ddb.create_table(TableName=table, BillingMode="PAY_PER_REQUEST",
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        try:
+            for i in range(3):
+                ddb.put_item(TableName=table, Item={"pk": S("hot"), "v": N(i), "pad": S("x" * 300_000)})
+        finally:
+            ddb.delete_table(TableName=table)
 
 
 if __name__ == "__main__":

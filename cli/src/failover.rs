@@ -10,6 +10,18 @@
 //! The claim instant is read from the item itself: a claim writes `lease_expires_at_ms = now +
 //! lease`, so `expires - lease` is the claimer's clock at the claim (a later renewal only moves it
 //! towards the moment the table was read, never before the claim); all processes share one clock.
+//! In session mode a claim writes no time (the connection item carries the held sentinel): the
+//! victim's unclaimed connections are read every 50 ms (consistent BatchGetItems of the owner
+//! attribute) and a stream's claim instant is the moment the answer that first showed another
+//! owner arrived, so those samples err high by up to one poll and one read.
+//!
+//! With `--steady-ms`, before the first round and once the fleet has settled (who holds what
+//! unchanged for 3 s), the lease table's writes are counted over that window by the local
+//! engine's per-partition counts (`/_leaselock/partitions`, scripts/partition_limits.py; the
+//! engine must run with `LEASELOCK_PARTITION_WCU` or `_RCU` set): every item write to the lease
+//! table except those of transactions that also write another table (the workers' fenced
+//! message writes with their checkpoints, the application's writes). Divided by the connections
+//! held and the window, that is the lease keeping's writes per connection-hour.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -53,6 +65,10 @@ pub struct FailoverArgs {
     /// Where worker logs go.
     #[arg(long, default_value = "target/bench-failover")]
     pub dir: PathBuf,
+    /// Count the lease table's writes over this many ms of steady holding before the first
+    /// round (0: not counted).
+    #[arg(long, default_value_t = 0)]
+    pub steady_ms: u64,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -71,11 +87,184 @@ struct Report {
     moved_before_signal: usize,
     /// Per failure: the slowest of its streams, ms.
     per_failure_max_ms: Vec<u64>,
+    /// Per failure: the quickest of its streams, ms (the failure's detection plus one claim).
+    per_failure_min_ms: Vec<u64>,
     /// Graceful: from SIGTERM to the process's exit, ms.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     exit_ms: Vec<u64>,
     /// The machine's 1-minute load average at the first and the last round (it is shared).
     load_average: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
+    /// How a claim's instant was found: `claim expiry` (per-item) or `poll` (session).
+    claim_instant: &'static str,
+    /// With `--steady-ms`: the lease table's writes in the steady window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steady: Option<WriteCount>,
+    /// With `--steady-ms`: the lease table's writes from the first round to the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rounds: Option<WriteCount>,
+}
+
+/// The lease table's item writes over a window, as the local engine counted them.
+#[derive(Debug, serde::Serialize)]
+struct WriteCount {
+    window_ms: u64,
+    connections: usize,
+    /// Item writes to the lease table, by operation (transactions with other tables left out).
+    writes: BTreeMap<String, u64>,
+    /// Writes of the workers' fenced transactions (message + checkpoint), not lease keeping.
+    application_writes: u64,
+    writes_per_connection_hour: f64,
+    /// Requests the engine refused for a partition over its limit (the whole engine).
+    throttled_requests: u64,
+    /// The three busiest write partitions of the lease table and its indexes: (index or
+    /// `(table)`, partition value, peak write units in one second).
+    peak_write_partitions: Vec<(String, String, f64)>,
+}
+
+/// Session mode: how often the victim's connections are read during a round (ms).
+const SESSION_POLL_MS: u64 = 50;
+
+/// The local engine's per-partition counts (`GET`), or a reset of them (`POST .../reset`).
+async fn engine_counts(method: &str) -> CliResult<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").map_err(|_| other("AWS_ENDPOINT_URL is not set"))?;
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let path = if method == "POST" { "/_leaselock/partitions/reset" } else { "/_leaselock/partitions" };
+    let mut stream = tokio::net::TcpStream::connect(&host).await.map_err(other)?;
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(other)?;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .map_err(other)?
+        .map_err(other)?;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    if !head.contains(" 200 ") {
+        return Err(other(format!(
+            "the local engine at {endpoint} keeps no per-partition counts (start it with LEASELOCK_PARTITION_WCU set): {}",
+            head.lines().next().unwrap_or("")
+        )));
+    }
+    serde_json::from_str(body).map_err(other)
+}
+
+fn write_count(
+    counts: &serde_json::Value,
+    before: Option<&serde_json::Value>,
+    table: &str,
+    window: Duration,
+    connections: usize,
+) -> WriteCount {
+    let ops = |c: &serde_json::Value| -> BTreeMap<String, u64> {
+        c["writes"][table]
+            .as_object()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
+            .unwrap_or_default()
+    };
+    let mut writes = ops(counts);
+    if let Some(before) = before {
+        for (op, n) in ops(before) {
+            let e = writes.entry(op).or_default();
+            *e = e.saturating_sub(n);
+        }
+    }
+    let application_writes = writes.remove("TransactWriteItems (with other tables)").unwrap_or(0);
+    let lease_writes: u64 = writes.values().sum();
+    let hours = window.as_secs_f64() / 3600.0;
+    let throttled = counts["throttled_requests"].as_u64().unwrap_or(0)
+        - before.map_or(0, |b| b["throttled_requests"].as_u64().unwrap_or(0));
+    let mut peak_write_partitions: Vec<(String, String, f64)> = counts["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["table"] == table && p["kind"] == "write")
+        .map(|p| {
+            (
+                p["index"].as_str().unwrap_or("(table)").to_string(),
+                p["partition"].as_str().unwrap_or("").to_string(),
+                p["peak_units_per_s"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    peak_write_partitions.sort_by(|a, b| b.2.total_cmp(&a.2));
+    peak_write_partitions.truncate(3);
+    WriteCount {
+        window_ms: window.as_millis() as u64,
+        connections,
+        writes,
+        application_writes,
+        writes_per_connection_hour: (lease_writes as f64 / connections as f64 / hours * 100.0).round() / 100.0,
+        throttled_requests: throttled,
+        peak_write_partitions,
+    }
+}
+
+/// Streams held per worker, by worker. Session mode reads what each live session said it holds
+/// at its last renewal (one query of the session partition); per-item mode reads the table (a
+/// scan: a few items there).
+async fn spread(table: &LeaseTable, session: bool) -> CliResult<BTreeMap<String, usize>> {
+    let mut per = BTreeMap::new();
+    if session {
+        let now = SystemClock.now_ms();
+        for s in table.sessions(u64::MAX).await? {
+            if s.expires_at_ms > now {
+                per.insert(s.owner, s.load.map_or(0, |l| l.held as usize));
+            }
+        }
+    } else {
+        for (owner, _) in holders(table).await?.values() {
+            *per.entry(owner.clone()).or_default() += 1;
+        }
+    }
+    Ok(per)
+}
+
+/// Of `ids`, those whose item names `owner` as its owner now: consistent BatchGetItems of the
+/// owner attribute alone (the engine serves one DynamoDB request at a time, so the poll must cost
+/// it little: no index query, no scan, no more than the keys still to settle).
+async fn still_under(table: &LeaseTable, owner: &str, ids: &[&String]) -> CliResult<std::collections::HashSet<String>> {
+    use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+    let c = table.config();
+    let mut still = std::collections::HashSet::new();
+    for chunk in ids.chunks(100) {
+        let keys = chunk
+            .iter()
+            .map(|id| HashMap::from([(c.attributes.id.clone(), AttributeValue::S(c.key(id)))]))
+            .collect::<Vec<_>>();
+        let mut request = Some(
+            KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .projection_expression("#k, #o")
+                .expression_attribute_names("#k", &c.attributes.id)
+                .expression_attribute_names("#o", &c.attributes.owner)
+                .build()
+                .map_err(other)?,
+        );
+        while let Some(r) = request.take() {
+            let out = table
+                .client()
+                .batch_get_item()
+                .request_items(&c.table_name, r)
+                .send()
+                .await
+                .map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+            for item in out.responses().and_then(|r| r.get(&c.table_name)).into_iter().flatten() {
+                if let (Some(AttributeValue::S(key)), Some(AttributeValue::S(o))) =
+                    (item.get(&c.attributes.id), item.get(&c.attributes.owner))
+                {
+                    if o == owner {
+                        still.insert(c.id_of(key).to_string());
+                    }
+                }
+            }
+            request =
+                out.unprocessed_keys().and_then(|u| u.get(&c.table_name)).cloned().filter(|k| !k.keys().is_empty());
+        }
+    }
+    Ok(still)
 }
 
 fn load_average() -> f64 {
@@ -222,8 +411,9 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             .await
             .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
     }
+    let session = config.mode == leaselock::LeaseMode::Session;
     let all_owned = Instant::now();
-    while holders(&table).await?.len() < ids.len() {
+    while spread(&table, session).await?.values().sum::<usize>() < ids.len() {
         if all_owned.elapsed() > Duration::from_secs(60) {
             return Err(other("the fleet did not take every stream within 60 s"));
         }
@@ -239,6 +429,43 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         f.orphan_interval_ms
     );
 
+    let mut steady = None;
+    let mut window_counts = None;
+    if f.steady_ms > 0 {
+        // Settled: who holds what unchanged for 3 s (balance hand-overs are over).
+        let began = Instant::now();
+        let mut last = (spread(&table, session).await?, Instant::now());
+        while last.1.elapsed() < Duration::from_secs(3) {
+            if began.elapsed() > Duration::from_secs(120) {
+                return Err(other("the fleet did not settle within 120 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = spread(&table, session).await?;
+            if now != last.0 || now.values().sum::<usize>() < ids.len() {
+                last = (now, Instant::now());
+            }
+        }
+        engine_counts("POST").await?;
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_millis(f.steady_ms)).await;
+        let counts = engine_counts("GET").await?;
+        let held: usize = spread(&table, session).await?.values().sum();
+        if held < ids.len() {
+            return Err(other(format!(
+                "the fleet held {held} of {} streams at the end of the steady window",
+                ids.len()
+            )));
+        }
+        let count = write_count(&counts, None, &lease_table, started.elapsed(), ids.len());
+        eprintln!(
+            "failover bench ({kind}): steady window {} ms: lease writes {:?}, {} per connection-hour",
+            count.window_ms, count.writes, count.writes_per_connection_hour
+        );
+        steady = Some(count);
+        window_counts = Some(counts);
+    }
+    let rounds_began = Instant::now();
+
     let lease_ms = config.lease_ms();
     let limit = Duration::from_millis(3 * lease_ms + 3 * f.orphan_interval_ms) + Duration::from_secs(15);
     let mut report = Report {
@@ -253,30 +480,51 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         samples_ms: Vec::new(),
         moved_before_signal: 0,
         per_failure_max_ms: Vec::new(),
+        per_failure_min_ms: Vec::new(),
         exit_ms: Vec::new(),
         load_average: vec![load_average()],
+        mode: session.then_some("session"),
+        claim_instant: if session { "poll" } else { "claim expiry" },
+        steady,
+        rounds: None,
     };
     for round in 0..f.failures {
         // A random phase against the victim's renewal schedule (a crash lands anywhere in it); a
         // hand-over does not depend on it, a short pause lets the replacement settle.
         let phase_ms = if f.kind == Kind::Crash { config.renew_ms() } else { 500 };
         tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % phase_ms.max(1))).await;
-        let held = holders(&table).await?;
-        let mut per: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (id, (owner, _)) in &held {
-            per.entry(owner.as_str()).or_default().push(id.as_str());
-        }
-        let (victim_i, victim, victim_ids) = workers
-            .alive
-            .iter()
-            .enumerate()
-            .map(|(i, (name, _))| (i, name.clone(), per.get(name.as_str()).cloned().unwrap_or_default()))
-            .max_by_key(|(_, _, ids)| ids.len())
-            .ok_or_else(|| other("no worker alive"))?;
+        let (victim_i, victim, victim_ids) = if session {
+            // The busiest live session (by what it said at its last renewal), and what it holds
+            // now (the owner index, then consistent reads): no scan of the table, whose length
+            // would hold the engine (it serves one DynamoDB request at a time).
+            let per = spread(&table, session).await?;
+            let (i, name) = workers
+                .alive
+                .iter()
+                .enumerate()
+                .map(|(i, (name, _))| (i, name.clone()))
+                .max_by_key(|(_, name)| per.get(name).copied().unwrap_or(0))
+                .ok_or_else(|| other("no worker alive"))?;
+            let held: Vec<String> = table.owned_by(&name).await?.into_iter().map(|i| i.id).collect();
+            (i, name, held)
+        } else {
+            let held = holders(&table).await?;
+            let mut per: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for (id, (owner, _)) in &held {
+                per.entry(owner.as_str()).or_default().push(id.as_str());
+            }
+            let (i, name, ids) = workers
+                .alive
+                .iter()
+                .enumerate()
+                .map(|(i, (name, _))| (i, name.clone(), per.get(name.as_str()).cloned().unwrap_or_default()))
+                .max_by_key(|(_, _, ids)| ids.len())
+                .ok_or_else(|| other("no worker alive"))?;
+            (i, name, ids.into_iter().map(String::from).collect())
+        };
         if victim_ids.is_empty() {
             return Err(other("no worker holds a stream"));
         }
-        let victim_ids: Vec<String> = victim_ids.into_iter().map(String::from).collect();
         let signalled_ms = SystemClock.now_ms();
         let signalled = Instant::now();
         workers.signal(victim_i, if f.kind == Kind::Crash { libc::SIGKILL } else { libc::SIGTERM })?;
@@ -284,6 +532,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         let exit = tokio::spawn(async move { wait_exit(&mut child, signalled, Duration::from_secs(30)).await });
 
         let mut claimed: HashMap<String, Option<u64>> = HashMap::new();
+        let mut first_poll = true;
         while claimed.len() < victim_ids.len() {
             if signalled.elapsed() > limit {
                 return Err(other(format!(
@@ -292,16 +541,32 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
                     victim_ids.len()
                 )));
             }
-            let read_at = SystemClock.now_ms();
-            for (id, (owner, expires)) in holders(&table).await? {
-                if owner != victim && victim_ids.contains(&id) && !claimed.contains_key(&id) {
-                    // Claimed before the signal: the victim had already lost it (a missed
-                    // deadline), so it is no failover sample.
-                    let at = expires.saturating_sub(lease_ms).min(read_at);
-                    claimed.insert(id, at.checked_sub(signalled_ms));
+            if session {
+                // No claim time on the item: the first answer without the stream under the victim.
+                let open: Vec<&String> = victim_ids.iter().filter(|id| !claimed.contains_key(*id)).collect();
+                let still = still_under(&table, &victim, &open).await?;
+                let answered_at = SystemClock.now_ms();
+                for id in &victim_ids {
+                    if !still.contains(id) && !claimed.contains_key(id) {
+                        // Gone at the first look after the signal: handed over before it (a
+                        // balance hand-over in flight), so it is no failover sample.
+                        let at = if first_poll { None } else { answered_at.checked_sub(signalled_ms) };
+                        claimed.insert(id.clone(), at);
+                    }
+                }
+                first_poll = false;
+            } else {
+                let read_at = SystemClock.now_ms();
+                for (id, (owner, expires)) in holders(&table).await? {
+                    if owner != victim && victim_ids.contains(&id) && !claimed.contains_key(&id) {
+                        // Claimed before the signal: the victim had already lost it (a missed
+                        // deadline), so it is no failover sample.
+                        let at = expires.saturating_sub(lease_ms).min(read_at);
+                        claimed.insert(id, at.checked_sub(signalled_ms));
+                    }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(if session { SESSION_POLL_MS } else { 20 })).await;
         }
         let exited = exit.await.map_err(other)??;
         if f.kind == Kind::Graceful {
@@ -316,10 +581,15 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             victim_ids.len()
         );
         report.per_failure_max_ms.push(slowest);
+        report.per_failure_min_ms.push(claimed.values().flatten().copied().min().unwrap_or(0));
         report.samples_ms.extend(claimed.into_values().flatten());
         workers.spawn()?;
     }
     report.load_average.push(load_average());
+    if let Some(before) = &window_counts {
+        let counts = engine_counts("GET").await?;
+        report.rounds = Some(write_count(&counts, Some(before), &lease_table, rounds_began.elapsed(), ids.len()));
+    }
     for i in 0..workers.alive.len() {
         workers.signal(i, libc::SIGTERM)?;
     }
