@@ -12,7 +12,8 @@ node --test --test-concurrency=1 \
   tests/session.test.mjs \
   tests/readme.test.js \
   tests/example.test.js \
-  tests/conformance.test.mjs
+  tests/conformance.test.mjs \
+  tests/worker_traces.test.mjs
 # The tarball `npm pack` makes, installed into a scratch project, runs the README example.
 ../../scripts/npm-pack-check.sh
 # The election tests time real processes against leases: on an engine of their own

@@ -9,6 +9,7 @@
 //! functions that throw; `lib/errors.js` makes the `Error` subclasses from it, in one place.
 
 mod config;
+mod engine;
 mod error;
 mod lease;
 mod protocol;
