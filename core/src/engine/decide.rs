@@ -497,12 +497,11 @@ mod tests {
 // evenly as every worker's `max_connections` allows (work / live sessions, rounded up, when
 // every cap is large enough). A worker claims up to its share, and a worker above its share
 // hands the excess over, a few at a time and only while some worker is short of its share by
-// more than a slack; nothing moves while the fleet is changing. A live session that has not
-// renewed for about a renew interval (a paused or partitioned worker) keeps what it holds in the
-// count but gets no share of the work nobody holds, so a dead worker's work does not wait for
-// the stalled session to expire. The slack is in when to move,
+// more than a slack; nothing moves while the fleet is changing. The slack is in when to move,
 // not in what to claim: a claim limit above the share would have a donor claim back what it
-// has just handed over.
+// has just handed over. A live session that has not renewed for about a renew interval (a
+// paused or partitioned worker) keeps what it holds in the count but gets no share of the work
+// nobody holds, so a dead worker's work does not wait for the stalled session to expire.
 
 /// How far below its share a worker may be before others hand work over to it: one connection.
 pub const BALANCE_SLACK: u64 = 1;
@@ -771,9 +770,8 @@ impl Balancer {
     /// nobody holds (a peer left: the share grows), the first time it is seen dead only (after
     /// that the work it freed is being claimed, here or elsewhere). A live session that the last
     /// [`Balancer::read`] found stalled, and that has not renewed since, gets no share of it.
-    /// Callers only ever raise their
-    /// limit with it; the next orphan poll sets the limit from the whole view. `max_connections`
-    /// while a live peer has not reported.
+    /// Callers only ever raise their limit with it; the next orphan poll sets the limit from the
+    /// whole view. `max_connections` while a live peer has not reported.
     pub fn refreshed_limit(
         &mut self,
         sessions: &[SessionItem],
