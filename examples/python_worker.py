@@ -88,16 +88,25 @@ async def stream(conn: leaselock.Connection) -> None:
     target = f"{conn.url}{sep}from={last}&fence={conn.fence}"
     async with websockets.connect(target, open_timeout=5) as ws:
         print(f"{conn.id}: streaming from {last} (fence {conn.fence})", file=sys.stderr)
-        async for text in ws:
-            msg = json.loads(text)
-            if msg["seq"] <= last:
-                continue
-            if msg["seq"] != last + 1:
-                raise RuntimeError(f"upstream skipped from {last} to {msg['seq']}")
-            # The message and the checkpoint land together under the lease, or not at all.
-            await conn.fenced_write_with_checkpoint(msg["seq"], [message_write(conn, msg)])
-            await ws.send(json.dumps({"ack": msg["seq"]}))
-            last = msg["seq"]
+        try:
+            async for text in ws:
+                msg = json.loads(text)
+                if msg["seq"] <= last:
+                    continue
+                if msg["seq"] != last + 1:
+                    raise RuntimeError(f"upstream skipped from {last} to {msg['seq']}")
+                # The message and the checkpoint land together under the lease, or not at all.
+                await conn.fenced_write_with_checkpoint(msg["seq"], [message_write(conn, msg)])
+                await ws.send(json.dumps({"ack": msg["seq"]}))
+                last = msg["seq"]
+        except asyncio.CancelledError:
+            # The worker is letting the lease go and waits for this handler to end: leave now.
+            # The close frame is still sent, but its answer is not awaited. A stream resumed
+            # with a backlog (a takeover) has more unread messages than websockets queues
+            # (max_queue), so it has stopped reading the socket and the answer could not arrive:
+            # the closing handshake would hold the lease for close_timeout (10 s).
+            ws.close_timeout = 0
+            raise
     raise RuntimeError("upstream closed the stream")
 
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leaselock::worker::{BoxError, Worker, WorkerHandle};
-use leaselock::{LeaseMode, LeaseStore, MemoryStore, WorkerSnapshot};
+use leaselock::{LeaseMode, LeaseStore, MemoryStore, TableConfig, WorkerSnapshot};
 use tokio::task::JoinHandle;
 use worker_support::*;
 
@@ -113,6 +113,62 @@ async fn joining_workers_get_their_share_by_hand_overs_without_churn() {
         w.handle.shutdown();
         w.task.await.unwrap();
     }
+}
+
+/// A peer that stops renewing (paused, or here partitioned from the store) stays live until its
+/// session expires, a lease after its last renewal; meanwhile it can take nothing. The share of
+/// a dead worker's work it would have been given must not wait for that: the workers that renew
+/// take it all. Lease 10 s (a stalled peer stays live long after the dead one's session ends),
+/// renew 1 s, skew 0.5 s, orphan poll 1 s.
+#[tokio::test(start_paused = true)]
+async fn a_dead_workers_work_does_not_wait_for_a_stalled_peer() {
+    let config = TableConfig::new("leases")
+        .lease_duration(Duration::from_secs(10))
+        .renew_interval(Duration::from_secs(1))
+        .clock_skew(Duration::from_millis(500))
+        .mode(LeaseMode::Session)
+        .validated()
+        .unwrap();
+    // Lease + skew + 3 s after the crash.
+    let bound = config.lease_duration + config.clock_skew + Duration::from_secs(3);
+    let base = memory_store(config);
+    start_items(&base, "s", 12).await;
+    let tracker = Arc::new(Tracker::default());
+    let b_store = Arc::new(Faulty::new(skewed(&base, 200)));
+    let a = spawn_worker(Arc::new(base.clone()), "a", &tracker);
+    let b = spawn_worker(b_store.clone(), "b", &tracker);
+    let c = spawn_worker(Arc::new(skewed(&base, -200)), "c", &tracker);
+    wait_until(Duration::from_secs(60), "4, 4 and 4", || held(&a) == 4 && held(&b) == 4 && held(&c) == 4).await;
+    let (b_ids, c_ids) = (b.handle.snapshot().held, c.handle.snapshot().held);
+
+    // c crashes. Its session was renewed at most 1 s ago: it is dead 9.5 to 10.5 s from now.
+    c.task.abort();
+    let crashed = tokio::time::Instant::now();
+    // b stops renewing (and claiming) before that, for far longer than a renew interval: its
+    // session stays live until 10.5 s after its last renewal, 17.5 s or more after the crash.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    b_store.partitioned.store(true, std::sync::atomic::Ordering::SeqCst);
+    let a_holds_all_of_c = || {
+        let held = a.handle.snapshot().held;
+        c_ids.iter().all(|id| held.contains(id))
+    };
+    wait_until(Duration::from_secs(30), "a holds all of c's work", a_holds_all_of_c).await;
+    let took = crashed.elapsed();
+    eprintln!("a dead worker's work beside a stalled peer: held again {took:?} after the crash");
+    assert!(took <= bound, "c's work held again {took:?} after the crash (bound {bound:?})");
+    // b's own work is still b's: its session lives.
+    for id in &b_ids {
+        assert_eq!(base.get(id).await.unwrap().unwrap().owner.as_deref(), Some("b"), "{id}");
+    }
+    assert_eq!(held(&a), 8);
+    assert_eq!(tracker.violations(), Vec::<String>::new());
+
+    b_store.partitioned.store(false, std::sync::atomic::Ordering::SeqCst);
+    for w in [a, b] {
+        w.handle.shutdown();
+        w.task.await.unwrap();
+    }
+    assert_eq!(tracker.violations(), Vec::<String>::new());
 }
 
 #[tokio::test(start_paused = true)]

@@ -499,7 +499,9 @@ mod tests {
 // hands the excess over, a few at a time and only while some worker is short of its share by
 // more than a slack; nothing moves while the fleet is changing. The slack is in when to move,
 // not in what to claim: a claim limit above the share would have a donor claim back what it
-// has just handed over.
+// has just handed over. A live session that has not renewed for about a renew interval (a
+// paused or partitioned worker) keeps what it holds in the count but gets no share of the work
+// nobody holds, so a dead worker's work does not wait for the stalled session to expire.
 
 /// How far below its share a worker may be before others hand work over to it: one connection.
 pub const BALANCE_SLACK: u64 = 1;
@@ -511,10 +513,30 @@ pub const HAND_OVER_MIN_BATCH: u64 = 4;
 /// the last few slowly.
 pub const HAND_OVER_FRACTION: u64 = 2;
 
+/// How long a live session of another worker may go without renewing before it counts as
+/// stalled: one renew interval and the skew. A session that renews writes a new expiry every
+/// renew interval (the skew covers the time a renewal takes); a paused or partitioned worker
+/// keeps its session live for a whole lease after its last renewal, but takes no work meanwhile.
+/// Measured on this worker's monotonic clock, from the first listing that showed the session's
+/// current expiry, so neither clock differences nor the peer's settings matter.
+pub fn stalled_after_ms(config: &TableConfig) -> u64 {
+    config.renew_ms() + config.skew_ms()
+}
+
+/// A stalled session's load as the balance counts it: what it holds still counts as held (it is
+/// not claimable while the session lives), but it can take nothing more until it renews, so it
+/// gets no share of the work nobody holds (a dead worker's, the orphans), which the workers that
+/// renew claim instead of leaving it to wait for the stalled session's expiry.
+fn stalled_load(load: Option<crate::SessionLoad>) -> Option<crate::SessionLoad> {
+    load.map(|l| crate::SessionLoad { held: l.held, max_connections: l.held.min(l.max_connections) })
+}
+
 /// What a live session of another worker reported, and how long this worker has seen it live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerSession {
     /// `None`: it has not reported yet (a new session, or a driver that does not report).
+    /// From [`Balancer::read`], a stalled session's `max_connections` is what it holds: it
+    /// takes nothing more until it renews ([`stalled_after_ms`]).
     pub load: Option<crate::SessionLoad>,
     /// How long this worker has seen this epoch of it live, ms.
     pub seen_for_ms: u64,
@@ -678,6 +700,17 @@ pub struct Balancer {
     /// Dead sessions (owner, epoch) whose last report [`Balancer::refreshed_limit`] has counted
     /// (once: the work it freed is claimed after; kept until the session is no longer listed).
     counted_dead: std::collections::HashSet<(String, u64)>,
+    /// Each live session's (owner, epoch) latest expiry seen, since when (monotonic ms), and
+    /// whether the last listing found it stalled ([`stalled_after_ms`]).
+    renewals: HashMap<(String, u64), Renewal>,
+}
+
+/// The latest renewal of one live session seen in the listings.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    expires_at_ms: u64,
+    since_mono_ms: u64,
+    stalled: bool,
 }
 
 /// One balance decision.
@@ -694,7 +727,8 @@ pub struct BalanceStep {
 
 impl Balancer {
     /// Splits the listing of every session into the others' live sessions (as peers, with how
-    /// long each epoch has been seen) and the dead sessions (ours included).
+    /// long each epoch has been seen; one whose expiry has not moved for longer than
+    /// [`stalled_after_ms`] can take no more than it holds) and the dead sessions (ours included).
     pub fn read(
         &mut self,
         sessions: Vec<SessionItem>,
@@ -712,20 +746,32 @@ impl Balancer {
             } else if s.owner != own {
                 let key = (s.owner, s.epoch);
                 let first_seen = *self.seen.entry(key.clone()).or_insert(mono_ms);
+                let renewal = self.renewals.entry(key.clone()).or_insert(Renewal {
+                    expires_at_ms: s.expires_at_ms,
+                    since_mono_ms: mono_ms,
+                    stalled: false,
+                });
+                if renewal.expires_at_ms != s.expires_at_ms {
+                    *renewal = Renewal { expires_at_ms: s.expires_at_ms, since_mono_ms: mono_ms, stalled: false };
+                }
+                renewal.stalled = mono_ms.saturating_sub(renewal.since_mono_ms) > stalled_after_ms(config);
+                let load = if renewal.stalled { stalled_load(s.load) } else { s.load };
                 live.push(key);
-                peers.push(PeerSession { load: s.load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
+                peers.push(PeerSession { load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
             }
         }
         self.seen.retain(|k, _| live.contains(k));
+        self.renewals.retain(|k, _| live.contains(k));
         (peers, dead)
     }
 
     /// At the claim limit with hints waiting: the limit one listing of every session allows
     /// now. A session of another worker that ended or died counts what it last reported as work
     /// nobody holds (a peer left: the share grows), the first time it is seen dead only (after
-    /// that the work it freed is being claimed, here or elsewhere). Callers only ever raise their
-    /// limit with it; the next orphan poll sets the limit from the whole view. `max_connections`
-    /// while a live peer has not reported.
+    /// that the work it freed is being claimed, here or elsewhere). A live session that the last
+    /// [`Balancer::read`] found stalled, and that has not renewed since, gets no share of it.
+    /// Callers only ever raise their limit with it; the next orphan poll sets the limit from the
+    /// whole view. `max_connections` while a live peer has not reported.
     pub fn refreshed_limit(
         &mut self,
         sessions: &[SessionItem],
@@ -746,7 +792,11 @@ impl Balancer {
                 }
                 dead.insert(key);
             } else {
-                peers.push(PeerSession { load: s.load, seen_for_ms: u64::MAX });
+                let key = (s.owner.clone(), s.epoch);
+                let renewal = self.renewals.get(&key);
+                let stalled = renewal.is_some_and(|r| r.stalled && r.expires_at_ms == s.expires_at_ms);
+                let load = if stalled { stalled_load(s.load) } else { s.load };
+                peers.push(PeerSession { load, seen_for_ms: u64::MAX });
             }
         }
         self.counted_dead = dead;
@@ -988,6 +1038,85 @@ mod balance_tests {
             item("stopped", None, 0, DesiredState::Stopped),
         ];
         assert_eq!(orphan_counts(&items, now, &config, "me", |id| id == "tracked"), (2, 1));
+    }
+
+    #[test]
+    fn a_session_whose_expiry_stops_moving_is_stalled_after_one_renew_interval_and_the_skew() {
+        let config = TableConfig::default();
+        assert_eq!(stalled_after_ms(&config), 6_000);
+        let now = 1_000_000;
+        let listing = |epoch: u64, expires_at_ms: u64, reported: Option<SessionLoad>| {
+            vec![SessionItem { owner: "b".into(), epoch, expires_at_ms, load: reported }]
+        };
+        let mut b = Balancer::default();
+        let loads = |b: &mut Balancer, mono_ms: u64, sessions: Vec<SessionItem>| {
+            b.read(sessions, "a", now, mono_ms, &config).0.into_iter().map(|p| p.load).collect::<Vec<_>>()
+        };
+        let reported = Some(load(4, 700));
+        // First seen, and seen again with the same expiry for up to one renew interval and the skew.
+        assert_eq!(loads(&mut b, 10_000, listing(1, now + 15_000, reported)), [reported]);
+        assert_eq!(loads(&mut b, 16_000, listing(1, now + 15_000, reported)), [reported]);
+        // Longer: stalled, it keeps what it holds and may take nothing more.
+        assert_eq!(loads(&mut b, 16_001, listing(1, now + 15_000, reported)), [Some(load(4, 4))]);
+        // It renewed: its expiry moved, it takes work again, and is watched from then on.
+        assert_eq!(loads(&mut b, 17_000, listing(1, now + 17_000, reported)), [reported]);
+        assert_eq!(loads(&mut b, 23_000, listing(1, now + 17_000, reported)), [reported]);
+        assert_eq!(loads(&mut b, 23_001, listing(1, now + 17_000, reported)), [Some(load(4, 4))]);
+        // A new epoch is a new session.
+        assert_eq!(loads(&mut b, 30_000, listing(2, now + 17_000, reported)), [reported]);
+        // A stalled session that holds more than it may take keeps all it holds in the count;
+        // one that has not reported is still unknown.
+        assert_eq!(loads(&mut b, 40_000, listing(2, now + 17_000, Some(load(9, 5)))), [Some(load(9, 5))]);
+        assert_eq!(loads(&mut b, 40_000, listing(2, now + 17_000, None)), [None]);
+    }
+
+    #[test]
+    fn a_dead_workers_work_goes_to_the_workers_that_renew() {
+        let config = TableConfig::default();
+        let now = 1_000_000;
+        let session = |owner: &str, expires_at_ms: u64, held: u64| SessionItem {
+            owner: owner.into(),
+            epoch: 1,
+            expires_at_ms,
+            load: Some(load(held, 700)),
+        };
+        // a, b and c held 4 each; c died (its 4 are unowned). b last renewed with expiry `b_exp`.
+        let listing =
+            |b_exp: u64| vec![session("a", now + 20_000, 4), session("b", b_exp, 4), session("c", now - 60_000, 4)];
+        let limit = |b: &mut Balancer, mono_ms: u64, b_exp: u64| {
+            let (peers, dead) = b.read(listing(b_exp), "a", now, mono_ms, &config);
+            assert_eq!(dead.len(), 1);
+            let view = FleetView { me: load(4, 700), peers: &peers, unowned: 4, in_flight: 0 };
+            let step = b.step(&view, mono_ms, 12_000);
+            (step.claim_limit, step.share.map(|s| (s.work, s.open_deficit, s.largest_shortfall)))
+        };
+        // b renews: a and b share c's 4, 6 each.
+        let mut renewing = Balancer::default();
+        assert_eq!(limit(&mut renewing, 0, now + 19_000).0, 6);
+        assert_eq!(limit(&mut renewing, 7_000, now + 19_500).0, 6);
+        // b has not renewed for longer than a renew interval (paused, partitioned): a takes all
+        // 4; b's own 4 still count as held.
+        let mut watching = Balancer::default();
+        assert_eq!(limit(&mut watching, 0, now + 19_000).0, 6);
+        assert_eq!(limit(&mut watching, 7_000, now + 19_000), (8, Some((12, 0, 4))));
+        // At the claim limit with hints waiting: c ended having reported 4. b, found stalled by
+        // the last listing, gets no share of c's work while it has not renewed since.
+        let ended = |b_exp: u64| vec![session("a", now + 20_000, 4), session("b", b_exp, 4), session("c", 0, 4)];
+        let refreshed = |b: &Balancer, sessions: &[SessionItem]| {
+            b.clone().refreshed_limit(sessions, "a", load(4, 700), now, &config, 12_000)
+        };
+        assert_eq!(refreshed(&watching, &ended(now + 19_000)), 8);
+        assert_eq!(refreshed(&watching, &ended(now + 19_900)), 6, "b renewed since");
+        assert_eq!(refreshed(&renewing, &ended(now + 19_500)), 6);
+        // Three workers renew beside the stalled one: c's 4 are theirs (a share of 6 each).
+        let stalled = PeerSession { load: Some(load(4, 4)), seen_for_ms: 60_000 };
+        let s = share(4, &[stalled, peer(4), peer(4)], 4);
+        assert_eq!((s.mine, s.claim_limit), (6, 6));
+        // A stalled session holding more than its share still counts all it holds: the shares
+        // are as if it renewed (6 each); it hands its excess over once it renews again.
+        let stalled = PeerSession { load: Some(load(10, 10)), seen_for_ms: 60_000 };
+        let s = share(2, &[stalled], 0);
+        assert_eq!((s.work, s.mine, s.claim_limit, s.excess), (12, 6, 6, 0));
     }
 
     #[test]
