@@ -403,14 +403,15 @@ struct DeadSession {
 /// less what this worker has claimed of it, and never less than what is still listed under it.
 /// A peer that claimed some of it reports them only at its next renewal; counting only what is
 /// still listed would shrink the fleet's work until then, and the survivors' shares with it.
-fn dead_work(dead: &DeadSession, sessions: &[SessionItem]) -> u64 {
+/// `taken` is how many of it this worker has claimed so far (they count in its own load).
+fn dead_work(dead: &DeadSession, sessions: &[SessionItem], taken: u64) -> u64 {
     let unclaimed = dead.ids.len() as u64;
-    let mine = (dead.listed - dead.ids.len()) as u64;
+    let claiming = (dead.listed - dead.ids.len()) as u64;
     let reported = dead
         .epoch
         .and_then(|epoch| sessions.iter().find(|s| s.owner == dead.owner && s.epoch == epoch))
         .and_then(|s| s.load)
-        .map_or(0, |l| l.held.saturating_sub(mine));
+        .map_or(0, |l| l.held.saturating_sub(claiming + taken));
     unclaimed.max(reported)
 }
 
@@ -431,6 +432,8 @@ struct OrphanRound {
     own_wanted: usize,
     own_claimed: usize,
     takeovers: BTreeMap<String, usize>,
+    /// The dead session (owner, epoch) each queued dead id is claimed from.
+    dead_owner: HashMap<String, (String, u64)>,
 }
 
 #[derive(Debug)]
@@ -517,6 +520,8 @@ pub struct Engine {
     session_renew_latency_ms: Vec<u64>,
     /// What [`Engine::poll_timeout`] says, computed after every change.
     next_timeout: Option<u64>,
+    /// Connections claimed from each dead session (owner, epoch) still listed.
+    taken_from: HashMap<(String, u64), u64>,
 }
 
 impl Engine {
@@ -559,6 +564,7 @@ impl Engine {
             renew_latency_ms: Vec::new(),
             session_renew_latency_ms: Vec::new(),
             next_timeout: None,
+            taken_from: HashMap::new(),
         };
         let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
         engine.desired_at_mono_ms = now.mono_ms + phase;
@@ -981,8 +987,8 @@ impl Engine {
     fn answered(&mut self, op: OpId, pending: Pending, answer: Answer) {
         match pending {
             Pending::Claim { id, source, session_epoch, from } => {
-                let outcome = self.claim_answered(id, source, session_epoch, answer);
-                self.claim_done(source, from, outcome);
+                let outcome = self.claim_answered(id.clone(), source, session_epoch, answer);
+                self.claim_done(&id, source, from, outcome);
             }
             Pending::Renew { id } => self.renewed(op, &id, answer),
             Pending::Release { id } => {
@@ -1208,6 +1214,7 @@ impl Engine {
                 return self.plan_round(round);
             }
         };
+        self.taken_from.retain(|(owner, epoch), _| sessions.iter().any(|s| &s.owner == owner && s.epoch == *epoch));
         let (peers, dead) =
             self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
         round.peers = Some(peers);
@@ -1267,7 +1274,10 @@ impl Engine {
             let tracked = &self.tracked;
             let (unowned, in_flight) =
                 orphan_counts(&round.page, self.now.wall_ms, &self.config, &own, |id| tracked.contains_key(id));
-            let dead_work: u64 = round.dead.iter().map(|d| dead_work(d, &round.dead_sessions)).sum();
+            let taken = |d: &DeadSession| {
+                d.epoch.and_then(|e| self.taken_from.get(&(d.owner.clone(), e))).copied().unwrap_or(0)
+            };
+            let dead_work: u64 = round.dead.iter().map(|d| dead_work(d, &round.dead_sessions, taken(d))).sum();
             let peers = peers.clone();
             self.balance(&peers, unowned + dead_work, in_flight);
         }
@@ -1305,6 +1315,10 @@ impl Engine {
                 }
                 if own_work {
                     round.own_wanted += ids.len();
+                } else if let Some(epoch) = dead.epoch {
+                    for id in &ids {
+                        round.dead_owner.insert(id.clone(), (dead.owner.clone(), epoch));
+                    }
                 }
                 round.queue.extend(ids.into_iter().map(|id| (id, source)));
             }
@@ -1383,7 +1397,7 @@ impl Engine {
         self.poll = PollPhase::Idle { at_mono_ms: at };
     }
 
-    fn claim_done(&mut self, source: Source, from: ClaimFrom, outcome: Claim) {
+    fn claim_done(&mut self, id: &str, source: Source, from: ClaimFrom, outcome: Claim) {
         match from {
             ClaimFrom::Poll => {
                 let PollPhase::Claims(round) = &mut self.poll else { return };
@@ -1397,8 +1411,9 @@ impl Engine {
                         Source::DeadSession => self.totals.session_takeovers += 1,
                         _ => {}
                     }
-                    if source == Source::DeadSession {
-                        *round.takeovers.entry("dead session".into()).or_default() += 1;
+                    if let Some(dead) = round.dead_owner.get(id).filter(|_| source == Source::DeadSession) {
+                        *round.takeovers.entry(dead.0.clone()).or_default() += 1;
+                        *self.taken_from.entry(dead.clone()).or_default() += 1;
                     }
                 }
             }
