@@ -115,7 +115,7 @@ bench:
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - start ))}" | python3 bench/merge.py && \
 	$(MAKE) --no-print-directory bench-report
 
-bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover
+bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim
 
 bench-lambdas:
 	lambdas/bench.sh
@@ -127,6 +127,11 @@ bench-election:
 # Requests, writes and write units per connection-hour in both modes; orphan query read units.
 bench-write-cost:
 	core/bench.sh
+
+# The fleet simulation on the worker engine (memory store, manual clock): 100,000 connections on
+# 150 workers, peak capacity units per partition value in both modes (core/examples/fleet_sim.rs).
+bench-fleet-sim:
+	$(CARGO) run --release -q -p leaselock --no-default-features --example fleet_sim | python3 bench/merge.py
 
 # Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes;
 # session-mode crash failover at a 5 s session lease, unscaled; writes per connection-hour of both.

@@ -343,6 +343,7 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
       f"{fmt(setup.get('per_item', {}).get('orphan_queries'))} orphan queries were sent in the window.")
     w("")
 
+    w(fleet_section(g("fleet_sim")))
     w("## Election throughput")
     w("")
     w("| `run_if_leader`, trivial action (claim + release) | leaselock | seed (bluetape4k-leader) |")
@@ -370,6 +371,59 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
 README = BENCH.parent / "README.md"
 README_START = "<!-- headline figures: written by bench/report.py from bench/results/latest.json -->"
 README_END = "<!-- end of headline figures -->"
+
+
+PLACES = ["table (work items)", "table (session items)", "orphan index", "owner index",
+          "orphan index (reads)", "owner index (reads)"]
+
+
+def fleet_section(fs: Dict[str, Any] | None) -> str:
+    """The fleet simulation (core/examples/fleet_sim.rs): peak units per partition value."""
+    if not fs:
+        return ""
+    lines: List[str] = []
+    w = lines.append
+    modes = fs["modes"]
+    w("## Fleet simulation: capacity units per partition value")
+    w("")
+    w(f"{fs['connections']:,} connections on {fs['workers']} workers of {fs['max_connections']}, every worker an engine "
+      "(`leaselock::engine`) on the memory store and a manual clock (`leaselock::engine::sim`, run by "
+      "`core/examples/fleet_sim.rs`): a cold start (every worker at once, all the work orphaned), a steady minute, "
+      "the crash of one worker and a rolling deploy (workers shut down and replaced one at a time). Each store "
+      "operation is billed to the partition values it touches as DynamoDB bills them (items under 1 KB: one write "
+      "unit per item written, two for an index entry whose key moves, twice that in a transaction; reads 4 KB per "
+      "unit, halved). The figures are the peak units in one second of the hottest partition value of each place; "
+      "DynamoDB serves about 1,000 write units per second per partition value. Handlers do not checkpoint here: "
+      "each checkpoint adds one table write and one orphan-index write on `STARTED` in both modes.")
+    w("")
+    names = list(modes)
+    w("| | " + " | ".join(f"{n} (lease {modes[n]['lease_ms'] / 1000:g} s, renew {modes[n]['renew_ms'] / 1000:g} s)" for n in names) + " |")
+    w("|---|" + "---|" * len(names))
+    def row(label: str, f) -> None:
+        cells = []
+        for n in names:
+            try:
+                cells.append(f(modes[n]))
+            except (KeyError, TypeError):
+                cells.append("")
+        w(f"| {label} | " + " | ".join(cells) + " |")
+    row("writes per connection-hour (steady)", lambda m: fmt(m["phases"]["steady"]["writes_per_connection_hour"], 1))
+    for phase in ["cold_start", "steady", "crash", "rolling_deploy"]:
+        for place in PLACES:
+            row(f"{phase.replace('_', ' ')}: peak {place}, units/s",
+                lambda m, phase=phase, place=place: fmt(m["phases"][phase]["peaks"][place]["units_per_s"], 1)
+                + f" (`{m['phases'][phase]['peaks'][place]['partition'][:24]}`)")
+    row("cold start: all held after", lambda m: f"{fmt(m['phases']['cold_start']['all_held_after_ms'])} ms")
+    row("crash: connections of the crashed worker", lambda m: fmt(m["phases"]["crash"]["connections"]))
+    row("crash: all held again after", lambda m: f"{fmt(m['phases']['crash']['all_held_after_ms'])} ms")
+    row("rolling deploy: workers replaced", lambda m: fmt(m["phases"]["rolling_deploy"]["workers_replaced"]))
+    row("rolling deploy: hand-over p50 / p99 / max",
+        lambda m: " / ".join(fmt(m["phases"]["rolling_deploy"]["hand_over_ms"][q]) for q in ["p50", "p99", "max"]) + " ms")
+    row("connections one orphan-index partition carries at 1,000 WCU/s (steady peak)",
+        lambda m: fmt(m["phases"]["steady"]["connections_within_1000_wcu"]))
+    row("simulated / wall time", lambda m: f"{fmt(m['simulated_s'])} s / {fmt(m['run_s'], 1)} s")
+    w("")
+    return "\n".join(lines) + "\n"
 
 
 def session_section(r: Dict[str, Any], ss: Dict[str, Any], crash_setup: Dict[str, Any]) -> str:

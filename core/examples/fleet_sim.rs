@@ -50,7 +50,7 @@ fn peaks(sim: &Sim) -> Value {
 /// Runs until every id runs on exactly one live worker; returns how long that took (ms).
 fn until_all_held(sim: &mut Sim, ids: &[String], limit_ms: u64) -> Option<u64> {
     let from = sim.clock.monotonic_ms();
-    let held = sim.run_while(from + limit_ms, 100, |s| ids.iter().all(|id| s.running_on(id).len() == 1));
+    let held = sim.run_while(from + limit_ms, 100, |s| s.all_held_once(ids));
     held.then(|| sim.clock.monotonic_ms() - from)
 }
 

@@ -249,7 +249,14 @@ impl LeaseStore for MemoryStore {
             .filter(|(k, i)| k.starts_with(&self.config.key_prefix) && is_orphan(i, now_equiv, &self.config))
             .map(|(k, i)| (i.expires_at_ms.unwrap_or(0), k, i))
             .collect();
-        found.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        // Only the first pages need an order (a large table's orphans are many).
+        let order = |a: &(u64, &String, &LeaseItem), b: &(u64, &String, &LeaseItem)| (a.0, a.1).cmp(&(b.0, b.1));
+        if after.is_none() && found.len() > page_size.max(1) {
+            found.select_nth_unstable_by(page_size.max(1), order);
+            found[..=page_size.max(1)].sort_by(order);
+        } else {
+            found.sort_by(order);
+        }
         let start = after.map_or(0, |c| {
             found.partition_point(|(exp, k, _)| (*exp, k.as_str()) <= (c.expires_at_ms, c.key.as_str()))
         });

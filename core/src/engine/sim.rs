@@ -514,6 +514,17 @@ impl Sim {
         self.hints.len() + self.hints_deferred.len()
     }
 
+    /// Whether every one of `ids` runs on exactly one live worker.
+    pub fn all_held_once(&self, ids: &[String]) -> bool {
+        let mut count: HashMap<&str, u32> = HashMap::with_capacity(ids.len());
+        for node in self.nodes.iter().filter(|n| n.alive) {
+            for id in node.running.keys() {
+                *count.entry(id.as_str()).or_default() += 1;
+            }
+        }
+        ids.iter().all(|id| count.get(id.as_str()) == Some(&1))
+    }
+
     /// How many handlers run on `worker` now.
     pub fn running(&self, worker: usize) -> usize {
         self.nodes[worker].running.len()
