@@ -246,7 +246,7 @@ impl LeaseStore for MemoryStore {
         let now_equiv = cutoff_ms + self.config.skew_ms();
         let mut found: Vec<(u64, &String, &LeaseItem)> = items
             .iter()
-            .filter(|(k, i)| k.starts_with(&self.config.key_prefix) && is_orphan(i, now_equiv, &self.config))
+            .filter(|(k, i)| is_orphan(i, now_equiv, &self.config) && k.starts_with(&self.config.key_prefix))
             .map(|(k, i)| (i.expires_at_ms.unwrap_or(0), k, i))
             .collect();
         // Only the first pages need an order (a large table's orphans are many).

@@ -522,6 +522,12 @@ pub struct Engine {
     next_timeout: Option<u64>,
     /// Connections claimed from each dead session (owner, epoch) still listed.
     taken_from: HashMap<(String, u64), u64>,
+    /// When each held lease may need something (a renewal, its deadline, an abort), at or
+    /// before the real time: a lease is looked at only when one of its entries comes up, so an
+    /// event costs what it touches, not what is held. Entries may be stale (early), never late.
+    wakes: std::collections::BinaryHeap<std::cmp::Reverse<(u64, String)>>,
+    /// Leases changed since their last entry: each gets a new entry at the end of the step.
+    dirty: BTreeSet<String>,
 }
 
 impl Engine {
@@ -565,6 +571,8 @@ impl Engine {
             session_renew_latency_ms: Vec::new(),
             next_timeout: None,
             taken_from: HashMap::new(),
+            wakes: std::collections::BinaryHeap::new(),
+            dirty: BTreeSet::new(),
         };
         let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
         engine.desired_at_mono_ms = now.mono_ms + phase;
@@ -631,18 +639,8 @@ impl Engine {
         }
         let mut at = u64::MAX;
         let mut wake = |t: u64| at = at.min(t);
-        for t in self.tracked.values() {
-            let Tracked::Held(h) = t else { continue };
-            if let Some(abort_at) = h.abort_at {
-                wake(abort_at);
-            }
-            if h.keeping {
-                match (h.renewing, h.keeper.poll(self.now.mono_ms)) {
-                    (Some(_), _) => wake(h.keeper.deadline_mono_ms()),
-                    (None, Wake::SleepUntil(t)) => wake(t),
-                    (None, _) => wake(self.now.mono_ms),
-                }
-            }
+        if let Some(std::cmp::Reverse((t, _))) = self.wakes.peek() {
+            wake(*t);
         }
         if !self.stopping {
             if let PollPhase::Idle { at_mono_ms } = self.poll {
@@ -747,6 +745,7 @@ impl Engine {
         if h.reason.is_some() || h.ended {
             return false;
         }
+        self.dirty.insert(id.to_string());
         h.reason = Some(reason);
         if matches!(reason, CancelReason::Lost | CancelReason::Deadline) {
             h.keeping = false;
@@ -966,6 +965,7 @@ impl Engine {
             ended: false,
         };
         self.tracked.insert(id.clone(), Tracked::Held(Box::new(entry)));
+        self.dirty.insert(id.clone());
         self.totals.acquired += 1;
         info!(connection_id = %id, fence, source = source.as_str(), worker_id = %self.settings.worker_id, "claimed");
         self.commands.push_back(Command::StartHandler { lease });
@@ -1093,6 +1093,7 @@ impl Engine {
         if h.renewing.map(|(o, _)| o) != Some(op) {
             return;
         }
+        self.dirty.insert(id.to_string());
         let sent = h.renewing.take().map_or(now, |(_, sent)| sent);
         if !h.keeping {
             return;
@@ -1711,7 +1712,27 @@ impl Engine {
     /// Starts whatever is due or possible now.
     fn advance(&mut self) {
         self.step();
+        self.schedule_dirty();
         self.next_timeout = self.compute_timeout();
+    }
+
+    /// A new entry in `wakes` for every lease changed in this step.
+    fn schedule_dirty(&mut self) {
+        let now = self.now.mono_ms;
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(Tracked::Held(h)) = self.tracked.get(&id) else { continue };
+            let mut at = h.abort_at.filter(|_| !h.ended).unwrap_or(u64::MAX);
+            if h.keeping {
+                at = at.min(match (h.renewing, h.keeper.poll(now)) {
+                    (Some(_), _) => h.keeper.deadline_mono_ms(),
+                    (None, Wake::SleepUntil(t)) => t,
+                    (None, _) => now,
+                });
+            }
+            if at != u64::MAX && !self.finished {
+                self.wakes.push(std::cmp::Reverse((at, id)));
+            }
+        }
     }
 
     fn step(&mut self) {
@@ -1723,8 +1744,17 @@ impl Engine {
         let mut deadline = Vec::new();
         let mut renew = Vec::new();
         let mut abort = Vec::new();
-        for (id, t) in self.tracked.iter_mut() {
-            let Tracked::Held(h) = t else { continue };
+        let mut due = BTreeSet::new();
+        while let Some(std::cmp::Reverse((at, _))) = self.wakes.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(std::cmp::Reverse((_, id))) = self.wakes.pop() else { break };
+            due.insert(id);
+        }
+        for id in due {
+            let Some(Tracked::Held(h)) = self.tracked.get_mut(&id) else { continue };
+            self.dirty.insert(id.clone());
             if h.abort_at.is_some_and(|at| at <= now) && !h.ended {
                 h.abort_at = None;
                 abort.push(id.clone());
@@ -1733,9 +1763,9 @@ impl Engine {
                 continue;
             }
             match h.keeper.poll(now) {
-                Wake::Deadline => deadline.push(id.clone()),
+                Wake::Deadline => deadline.push(id),
                 Wake::Renew { until_mono_ms } if h.renewing.is_none() && h.keeper.upkeep() == Upkeep::Renew => {
-                    renew.push((id.clone(), until_mono_ms))
+                    renew.push((id, until_mono_ms))
                 }
                 _ => {}
             }

@@ -123,6 +123,8 @@ pub struct Sim {
     /// Hints made visible again later: (visible at, body).
     hints_deferred: Vec<(u64, String)>,
     receipts: u64,
+    /// How many live workers run a handler for each id.
+    holders: HashMap<String, u32>,
     /// Every command emitted, in order.
     pub log: Vec<Emitted>,
     pub keep_log: bool,
@@ -151,6 +153,7 @@ impl Sim {
             hints_in_flight: HashMap::new(),
             hints_deferred: Vec::new(),
             receipts: 0,
+            holders: HashMap::new(),
             log: Vec::new(),
             keep_log: true,
             ops: BTreeMap::new(),
@@ -178,6 +181,9 @@ impl Sim {
     pub fn crash(&mut self, worker: usize) {
         self.nodes[worker].alive = false;
         self.queue.retain(|_, (w, _)| *w != worker);
+        for id in std::mem::take(&mut self.nodes[worker].running).into_keys() {
+            self.unhold(&id);
+        }
     }
 
     pub fn shutdown(&mut self, worker: usize) {
@@ -279,7 +285,9 @@ impl Sim {
             Command::StartHandler { lease } => {
                 let stubborn = b.stubborn.contains(&lease.id);
                 let node = &mut self.nodes[worker];
-                node.running.insert(lease.id.clone(), stubborn);
+                if node.running.insert(lease.id.clone(), stubborn).is_none() {
+                    *self.holders.entry(lease.id.clone()).or_default() += 1;
+                }
                 node.copies.insert(lease.id.clone(), lease);
             }
             Command::CancelHandler { id, reason } => {
@@ -290,6 +298,7 @@ impl Sim {
             }
             Command::AbortHandler { id } => {
                 if self.nodes[worker].running.remove(&id).is_some() {
+                    self.unhold(&id);
                     self.later(worker, 0, Event::HandlerEnded { id, end: HandlerEnd::Aborted, reason: None });
                 }
             }
@@ -301,7 +310,9 @@ impl Sim {
             Command::Forget { id } => {
                 let node = &mut self.nodes[worker];
                 node.copies.remove(&id);
-                node.running.remove(&id);
+                if node.running.remove(&id).is_some() {
+                    self.unhold(&id);
+                }
             }
             Command::ReceiveHints { max, wait_ms } => {
                 let now = self.clock.monotonic_ms();
@@ -516,13 +527,16 @@ impl Sim {
 
     /// Whether every one of `ids` runs on exactly one live worker.
     pub fn all_held_once(&self, ids: &[String]) -> bool {
-        let mut count: HashMap<&str, u32> = HashMap::with_capacity(ids.len());
-        for node in self.nodes.iter().filter(|n| n.alive) {
-            for id in node.running.keys() {
-                *count.entry(id.as_str()).or_default() += 1;
+        ids.iter().all(|id| self.holders.get(id) == Some(&1))
+    }
+
+    fn unhold(&mut self, id: &str) {
+        if let Some(n) = self.holders.get_mut(id) {
+            *n -= 1;
+            if *n == 0 {
+                self.holders.remove(id);
             }
         }
-        ids.iter().all(|id| count.get(id.as_str()) == Some(&1))
     }
 
     /// How many handlers run on `worker` now.
