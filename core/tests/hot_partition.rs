@@ -193,7 +193,8 @@ async fn per_item_renewals_throttle_on_the_started_index_partition_and_sessions_
         (per_item.table.config().table_name.clone(), session.table.config().table_name.clone());
 
     // Session mode takes every connection and keeps them; it is observed once its workers have
-    // balanced (who holds what unchanged for 2 s), so the window holds no claims or hand-overs.
+    // balanced (who holds what unchanged for longer than the pace of hand-over rounds, and a
+    // second more), so the window holds no claims or hand-overs.
     // Per-item mode cannot keep 50 at this limit (renewals past their deadline lose leases, which
     // are claimed again): by then it has taken at least as many as the index partition can renew.
     let began = Instant::now();
@@ -203,12 +204,13 @@ async fn per_item_renewals_throttle_on_the_started_index_partition_and_sessions_
         if spread != last.0 {
             last = (spread, Instant::now());
         }
-        let settled = last.1.elapsed() >= Duration::from_secs(2);
+        let pace = leaselock::worker::decide::balance_pace_ms(session.table.config().renew_ms(), 500);
+        let settled = last.1.elapsed() >= Duration::from_millis(pace + 1_000);
         if settled && session.held() == CONNECTIONS && per_item.held() >= CONNECTIONS / 2 {
             break;
         }
         assert!(
-            began.elapsed() < Duration::from_secs(40),
+            began.elapsed() < Duration::from_secs(60),
             "fleets did not settle: session mode holds {:?} of {CONNECTIONS}, per-item {}",
             session.spread(),
             per_item.held()

@@ -301,3 +301,20 @@ fn worker_trace_vectors_replay() {
     }
     assert!(broken >= 1);
 }
+
+#[test]
+fn two_balanced_session_workers_stop_moving_work_once_even() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    let ids = start_work(&sim, 50);
+    for (i, name) in ["a", "b"].iter().enumerate() {
+        sim.spawn(Settings { orphan_interval_ms: 500, ..settings(name, 50) }, i as u64 + 21);
+    }
+    assert!(sim.run_while(30_000, 100, |s| s.all_held_once(&ids)));
+    sim.run_until(40_000);
+    let before = sim.ops.get("release").copied().unwrap_or(0);
+    let spread = |s: &Sim| (s.running(0), s.running(1));
+    let at = spread(&sim);
+    sim.run_until(70_000);
+    let moved = sim.ops.get("release").copied().unwrap_or(0) - before;
+    assert_eq!((moved, spread(&sim)), (0, at), "hand-overs after the fleet was even at {at:?}");
+}
