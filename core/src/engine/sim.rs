@@ -275,10 +275,17 @@ impl Sim {
         match command {
             Command::Run { op, request } => {
                 let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
-                let billed = self.account.then(|| request.clone());
+                // A session claim's condition reads the session item of the work's owner.
+                let owner_before = match (&request, self.account) {
+                    (Op::Claim { id, session: Some(_) }, true) => {
+                        block_on(self.store.get(id)).ok().flatten().and_then(|i| i.owner)
+                    }
+                    _ => None,
+                };
+                let billed = self.account.then(|| (request.clone(), owner_before));
                 let answer = self.answer(worker, request);
-                if let Some(request) = billed {
-                    self.bill(worker, &request, &answer);
+                if let Some((request, owner_before)) = billed {
+                    self.bill(worker, &request, &answer, owner_before.as_deref());
                 }
                 self.later(worker, b.latency_ms + delay, Event::Answer { op, answer });
             }
@@ -355,7 +362,7 @@ impl Sim {
     }
 
     /// Bills `request` (answered with `answer`) to the partitions it touches.
-    fn bill(&mut self, worker: usize, request: &Op, answer: &Answer) {
+    fn bill(&mut self, worker: usize, request: &Op, answer: &Answer, owner_before: Option<&str>) {
         let now = self.clock.now_ms();
         let config = self.store.config();
         let (started, sessions) = (config.started_partition.clone(), config.session_partition.clone());
@@ -374,9 +381,10 @@ impl Sim {
                 // The expiry (the index's sort key) moves: a delete and a put.
                 p.add(ORPHAN_INDEX, &started, 2.0 * tx, now);
                 p.add(OWNER_INDEX, &me, tx, now);
-                if session.is_some() {
-                    // The condition check reads the dead owner's session item.
-                    p.add(SESSION_ITEMS, "session", tx, now);
+                if let Some(previous) = owner_before.filter(|_| session.is_some()) {
+                    // The condition check reads the previous owner's session item (a
+                    // transaction's read: 2 units).
+                    p.add(SESSION_ITEMS, previous, tx, now);
                 }
             }
             Op::Renew { id, .. } => {
