@@ -25,18 +25,9 @@ struct Mode {
     skew_ms: u64,
 }
 
+/// The design's defaults, with hints and a 1 s long poll.
 fn settings(i: usize, max: usize) -> Settings {
-    Settings {
-        worker_id: format!("w{i:04}"),
-        max_connections: max,
-        orphan_interval_ms: 2_000,
-        desired_state_interval_ms: 10_000,
-        metrics_interval_ms: 60_000,
-        handler_grace_ms: 5_000,
-        balance: true,
-        hints: true,
-        hint_wait_ms: 1_000,
-    }
+    Settings { hints: true, hint_wait_ms: 1_000, ..Settings::new(format!("w{i:04}"), max) }
 }
 
 fn peaks(sim: &Sim) -> Value {

@@ -4,12 +4,18 @@
 
 use leaselock::engine::trace::Timing;
 use leaselock::engine::{Engine, Event, Now, Settings};
+use leaselock::TableConfig;
 use wasm_bindgen::prelude::*;
 
 use crate::{parse, text, Table};
 
 fn now(wall_ms: f64, mono_ms: f64) -> Now {
     Now { wall_ms: wall_ms.max(0.0) as u64, mono_ms: mono_ms.max(0.0) as u64 }
+}
+
+fn start(config: TableConfig, settings_json: &str, seed: f64, at: Now) -> Result<WorkerEngine, JsValue> {
+    let settings: Settings = parse("settings", settings_json)?;
+    Ok(WorkerEngine { engine: Engine::new(settings, config, seed as u64, at) })
 }
 
 /// One worker's engine (see `leaselock::engine`).
@@ -29,8 +35,7 @@ impl WorkerEngine {
         wall_ms: f64,
         mono_ms: f64,
     ) -> Result<WorkerEngine, JsValue> {
-        let settings: Settings = parse("settings", settings_json)?;
-        Ok(Self { engine: Engine::new(settings, table.config.clone(), seed as u64, now(wall_ms, mono_ms)) })
+        start(table.config.clone(), settings_json, seed, now(wall_ms, mono_ms))
     }
 
     /// As [`WorkerEngine::new`] with a trace's timing (`{mode, lease_ms, renew_ms, skew_ms}`).
@@ -43,8 +48,7 @@ impl WorkerEngine {
     ) -> Result<WorkerEngine, JsValue> {
         let timing: Timing = parse("timing", timing_json)?;
         let config = timing.config().map_err(|e| crate::throw(&e))?;
-        let settings: Settings = parse("settings", settings_json)?;
-        Ok(Self { engine: Engine::new(settings, config, seed as u64, now(wall_ms, mono_ms)) })
+        start(config, settings_json, seed, now(wall_ms, mono_ms))
     }
 
     /// Something happened (`event_json`: an engine event).

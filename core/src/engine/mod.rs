@@ -64,6 +64,25 @@ pub struct Settings {
     pub hint_wait_ms: u64,
 }
 
+impl Settings {
+    /// A worker `worker_id` of `max_connections` with the design's defaults (balance on, no
+    /// hint queue).
+    pub fn new(worker_id: impl Into<String>, max_connections: usize) -> Self {
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        Self {
+            worker_id: worker_id.into(),
+            max_connections,
+            orphan_interval_ms: ms(decide::DEFAULT_ORPHAN_INTERVAL),
+            desired_state_interval_ms: ms(decide::DEFAULT_DESIRED_STATE_INTERVAL),
+            metrics_interval_ms: ms(decide::DEFAULT_METRICS_INTERVAL),
+            handler_grace_ms: ms(decide::DEFAULT_HANDLER_GRACE),
+            balance: true,
+            hints: false,
+            hint_wait_ms: ms(decide::DEFAULT_HINT_WAIT),
+        }
+    }
+}
+
 /// A store operation for the driver to run. `Renew`, `Release` and `RenewSession` name work
 /// the driver holds a copy of (a held lease's copy moves with the handler's checkpoints).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

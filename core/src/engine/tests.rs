@@ -10,18 +10,9 @@ use crate::{Clock, LeaseStore, TableConfig};
 
 const START: u64 = 1_700_000_000_000;
 
+/// The design's defaults, with a 1 s long poll (the tests' hints arrive within one).
 fn settings(id: &str, max: usize) -> Settings {
-    Settings {
-        worker_id: id.into(),
-        max_connections: max,
-        orphan_interval_ms: 2_000,
-        desired_state_interval_ms: 10_000,
-        metrics_interval_ms: 60_000,
-        handler_grace_ms: 5_000,
-        balance: true,
-        hints: false,
-        hint_wait_ms: 1_000,
-    }
+    Settings { hint_wait_ms: 1_000, ..Settings::new(id, max) }
 }
 
 fn config(mode: LeaseMode, lease_ms: u64, renew_ms: u64, skew_ms: u64) -> TableConfig {
