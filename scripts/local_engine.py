@@ -18,6 +18,15 @@ can be lost, and of two deletes at once one can be undone: that message comes ba
 walk under that lock deletes a whole batch. And ReceiveMessage reads the
 clock twice per message in the queue to find the visible ones; here it reads it once per call.
 
+Per request, moto's server also writes a log line and finds the service by listing its own
+package directory and matching the URL patterns of every service: together about a fifth of the
+engine's time under a worker fleet's load. Here requests are not logged (errors still are), and
+the service of a host is found once. Its answers to DynamoDB's item operations are written by a
+serializer that walks the output's model and looks up each attribute under several spellings:
+another fifth, for items that are already in the wire's shape. Here those answers are written as
+they are (LEASELOCK_ENGINE_CHECK=1 also runs moto's serializer on each and fails the request if
+the two differ; `make test-engine` runs that way).
+
 Opt-in, DynamoDB's per-partition throughput limits (LEASELOCK_PARTITION_WCU /
 LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/partition_limits.py.
 
@@ -25,12 +34,17 @@ LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/
 """
 
 import argparse
+import base64
 import copy
+import json
+import logging
+import os
 import threading
 from collections.abc import Mapping
 
 import moto.dynamodb.models as dynamodb_models
 from moto.dynamodb.models import DynamoDBBackend
+from moto.core.responses import ActionResult
 from moto.core.utils import unix_time_millis
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -84,6 +98,62 @@ def _transact_write_items(self, transact_items):
         raise
 
 
+_moto_backend_for_host = DomainDispatcherApplication.get_backend_for_host
+
+
+def _backend_for_host(self, host):
+    # Called under the dispatcher's lock; the answer depends on the host alone.
+    cache = self.__dict__.setdefault("_backends_by_host", {})
+    if host not in cache:
+        cache[host] = _moto_backend_for_host(self, host)
+    return cache[host]
+
+
+DomainDispatcherApplication.get_backend_for_host = _backend_for_host
+
+# DynamoDB operations whose answers hold only strings, numbers, lists, maps and items.
+_ITEM_OPERATIONS = frozenset(
+    "GetItem PutItem UpdateItem DeleteItem Query Scan BatchGetItem BatchWriteItem "
+    "TransactGetItems TransactWriteItems".split()
+)
+_CHECK_ANSWERS = os.environ.get("LEASELOCK_ENGINE_CHECK") == "1"
+_moto_execute_result = ActionResult.execute_result
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(value):
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode()
+    raise _NotPlain
+
+
+def _execute_result(self, context):
+    result = self.result
+    if (
+        type(result) is not dict
+        or context.operation_model.name not in _ITEM_OPERATIONS
+        or context.service_model.service_name != "dynamodb"
+    ):
+        return _moto_execute_result(self, context)
+    # moto's results can hold keys its serializer leaves out (not in the operation's output).
+    members = context.operation_model.output_shape.members
+    try:
+        body = json.dumps({k: v for k, v in result.items() if k in members}, default=_plain)
+    except _NotPlain:
+        return _moto_execute_result(self, context)
+    if _CHECK_ANSWERS:
+        status, headers, moto_body = _moto_execute_result(self, context)
+        if status != 200 or json.loads(moto_body) != json.loads(body):
+            raise AssertionError(
+                f"{context.operation_model.name}: moto answers {moto_body!r}, the engine {body!r}"
+            )
+    return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+
+
+ActionResult.execute_result = _execute_result
 dynamodb_models.copy = _TablesAreNotCopied()
 DynamoDBBackend.transact_write_items = _transact_write_items
 
@@ -211,6 +281,8 @@ def main():
             flush=True,
         )
         limits = partition_limits.PartitionLimits(*limits)
+    # werkzeug logs each request at INFO, and errors at ERROR.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

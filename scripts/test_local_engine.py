@@ -264,13 +264,13 @@ def answers(url):
         return False
 
 
-class LimitedEngine:
-    """scripts/local_engine.py on a free port with per-partition limits; stopped by its pid."""
+class OwnEngine:
+    """scripts/local_engine.py on a free port with `env` added; stopped by its pid."""
 
-    def __init__(self, wcu, rcu):
+    def __init__(self, **env):
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, LEASELOCK_PARTITION_WCU=str(wcu), LEASELOCK_PARTITION_RCU=str(rcu))
+        env = dict(os.environ, **env)
         engine = Path(__file__).resolve().parent / "local_engine.py"
         self.process = subprocess.Popen(
             [sys.executable, str(engine), "-H", "127.0.0.1", "-p", str(self.port)],
@@ -282,8 +282,24 @@ class LimitedEngine:
         while not answers(self.endpoint + "/moto-api/"):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the limited engine did not answer on {self.endpoint}")
+                raise RuntimeError(f"the engine started by this test did not answer on {self.endpoint}")
             time.sleep(0.1)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class LimitedEngine(OwnEngine):
+    """An engine of the test's own with per-partition limits."""
+
+    def __init__(self, wcu, rcu):
+        super().__init__(LEASELOCK_PARTITION_WCU=str(wcu), LEASELOCK_PARTITION_RCU=str(rcu))
 
     def stats(self, reset=False):
         request = urllib.request.Request(
@@ -298,14 +314,6 @@ class LimitedEngine:
                 return p
         return None
 
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def S(v):
@@ -314,6 +322,102 @@ def S(v):
 
 def N(v):
     return {"N": str(v)}
+
+
+class ItemAnswers(unittest.TestCase):
+    """The engine writes the answers to DynamoDB's item operations itself; with
+    LEASELOCK_ENGINE_CHECK=1 it also runs moto's serializer and fails the request if the two
+    differ. Every item operation, with binary values, sets, nested maps, empty and paged
+    results, old and new values and consumed capacity."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = OwnEngine(LEASELOCK_ENGINE_CHECK="1")
+        cls.ddb = client("dynamodb", cls.engine.endpoint)
+        cls.table = unique("answers")
+        cls.ddb.create_table(
+            TableName=cls.table,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "state", "AttributeType": "S"},
+                {"AttributeName": "exp", "AttributeType": "N"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by-state",
+                    "KeySchema": [
+                        {"AttributeName": "state", "KeyType": "HASH"},
+                        {"AttributeName": "exp", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.stop()
+
+    def item(self, pk, exp):
+        return {
+            "pk": S(pk),
+            "state": S("STARTED"),
+            "exp": N(exp),
+            "blob": {"B": bytes(range(256))},
+            "tags": {"SS": ["a", "b"]},
+            "nums": {"NS": ["1", "2.5"]},
+            "bins": {"BS": [b"\x00", b"\xff"]},
+            "doc": {"M": {"list": {"L": [S("x"), N(1), {"BOOL": True}, {"NULL": True}]}}},
+        }
+
+    def test_every_item_operation_answers_as_moto_would(self):
+        t, ddb, cap = self.table, self.ddb, {"ReturnConsumedCapacity": "INDEXES"}
+        for i in range(5):
+            ddb.put_item(TableName=t, Item=self.item(f"a{i}", i), **cap)
+        old = ddb.put_item(TableName=t, Item=self.item("a0", 10), ReturnValues="ALL_OLD", **cap)
+        self.assertEqual(old["Attributes"]["blob"]["B"], bytes(range(256)))
+        got = ddb.get_item(TableName=t, Key={"pk": S("a1")}, ConsistentRead=True, **cap)
+        self.assertEqual(got["Item"]["bins"]["BS"], [b"\x00", b"\xff"])
+        self.assertNotIn("Item", ddb.get_item(TableName=t, Key={"pk": S("none")}))
+        new = ddb.update_item(
+            TableName=t,
+            Key={"pk": S("a2")},
+            UpdateExpression="SET exp = :e ADD tags :t",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":e": N(20), ":t": {"SS": ["c"]}},
+            ReturnValues="ALL_NEW",
+            **cap,
+        )
+        self.assertEqual(sorted(new["Attributes"]["tags"]["SS"]), ["a", "b", "c"])
+        pages = ddb.get_paginator("query").paginate(
+            TableName=t,
+            IndexName="by-state",
+            KeyConditionExpression="#s = :s AND exp < :e",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues={":s": S("STARTED"), ":e": N(100)},
+            PaginationConfig={"PageSize": 2},
+            **cap,
+        )
+        self.assertEqual(sum(p["Count"] for p in pages), 5)
+        scanned = ddb.scan(TableName=t, Limit=3, **cap)
+        self.assertIn("LastEvaluatedKey", scanned)
+        self.assertEqual(ddb.scan(TableName=t, FilterExpression="exp > :e", ExpressionAttributeValues={":e": N(99)})["Count"], 0)
+        batch = ddb.batch_get_item(RequestItems={t: {"Keys": [{"pk": S("a1")}, {"pk": S("none")}]}}, **cap)
+        self.assertEqual(len(batch["Responses"][t]), 1)
+        ddb.batch_write_item(RequestItems={t: [{"PutRequest": {"Item": self.item("b0", 1)}}, {"DeleteRequest": {"Key": {"pk": S("a4")}}}]}, **cap)
+        ddb.transact_write_items(
+            TransactItems=[
+                {"ConditionCheck": {"TableName": t, "Key": {"pk": S("a1")}, "ConditionExpression": "attribute_exists(pk)"}},
+                {"Put": {"TableName": t, "Item": self.item("c0", 2)}},
+            ],
+            **cap,
+        )
+        both = ddb.transact_get_items(TransactItems=[{"Get": {"TableName": t, "Key": {"pk": S("c0")}}}], **cap)
+        self.assertEqual(both["Responses"][0]["Item"]["doc"]["M"]["list"]["L"][2], {"BOOL": True})
+        gone = ddb.delete_item(TableName=t, Key={"pk": S("c0")}, ReturnValues="ALL_OLD", **cap)
+        self.assertEqual(gone["Attributes"]["pk"], S("c0"))
 
 
 class PartitionLimits(unittest.TestCase):
