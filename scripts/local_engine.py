@@ -27,6 +27,10 @@ another fifth, for items that are already in the wire's shape. Here those answer
 they are (LEASELOCK_ENGINE_CHECK=1 also runs moto's serializer on each and fails the request if
 the two differ; `make test-engine` runs that way).
 
+The engine stands in for a remote service, whose capacity the processes under test do not share:
+it raises its own scheduling priority (nice -5, LEASELOCK_ENGINE_NICE to change; left as it is
+where that is not permitted), so a build running beside a test slows the workers, not the table.
+
 Opt-in, DynamoDB's per-partition throughput limits (LEASELOCK_PARTITION_WCU /
 LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/partition_limits.py.
 
@@ -273,6 +277,11 @@ def main():
     parser.add_argument("-H", "--host", default="127.0.0.1")
     parser.add_argument("-p", "--port", type=int, default=4566)
     args = parser.parse_args()
+    # Before any thread starts: threads inherit it.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, int(os.environ.get("LEASELOCK_ENGINE_NICE", "-5")))
+    except (OSError, ValueError):
+        pass
     limits = partition_limits.limits_from_env()
     if limits is not None:
         print(
