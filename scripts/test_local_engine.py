@@ -324,6 +324,39 @@ def N(v):
     return {"N": str(v)}
 
 
+def create_indexed_table(ddb, prefix):
+    """A table keyed by `pk`, with a `by-state` (state, exp) index projecting every attribute
+    and a `by-owner` index of keys only, as the lease table's indexes are."""
+    table = unique(prefix)
+    ddb.create_table(
+        TableName=table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "state", "AttributeType": "S"},
+            {"AttributeName": "exp", "AttributeType": "N"},
+            {"AttributeName": "owner", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-state",
+                "KeySchema": [
+                    {"AttributeName": "state", "KeyType": "HASH"},
+                    {"AttributeName": "exp", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            },
+            {
+                "IndexName": "by-owner",
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+        ],
+    )
+    return table
+
+
 class ItemAnswers(unittest.TestCase):
     """The engine writes the answers to DynamoDB's item operations itself; with
     LEASELOCK_ENGINE_CHECK=1 it also runs moto's serializer and fails the request if the two
@@ -334,27 +367,7 @@ class ItemAnswers(unittest.TestCase):
     def setUpClass(cls):
         cls.engine = OwnEngine(LEASELOCK_ENGINE_CHECK="1")
         cls.ddb = client("dynamodb", cls.engine.endpoint)
-        cls.table = unique("answers")
-        cls.ddb.create_table(
-            TableName=cls.table,
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "state", "AttributeType": "S"},
-                {"AttributeName": "exp", "AttributeType": "N"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "by-state",
-                    "KeySchema": [
-                        {"AttributeName": "state", "KeyType": "HASH"},
-                        {"AttributeName": "exp", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
-        )
+        cls.table = create_indexed_table(cls.ddb, "answers")
 
     @classmethod
     def tearDownClass(cls):
@@ -433,33 +446,7 @@ class PartitionLimits(unittest.TestCase):
     def setUpClass(cls):
         cls.engine = LimitedEngine(cls.WCU, cls.RCU)
         cls.ddb = client("dynamodb", cls.engine.endpoint)
-        cls.table = unique("limited")
-        cls.ddb.create_table(
-            TableName=cls.table,
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "state", "AttributeType": "S"},
-                {"AttributeName": "exp", "AttributeType": "N"},
-                {"AttributeName": "owner", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "by-state",
-                    "KeySchema": [
-                        {"AttributeName": "state", "KeyType": "HASH"},
-                        {"AttributeName": "exp", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                },
-                {
-                    "IndexName": "by-owner",
-                    "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "KEYS_ONLY"},
-                },
-            ],
-        )
+        cls.table = create_indexed_table(cls.ddb, "limited")
 
     @classmethod
     def tearDownClass(cls):
