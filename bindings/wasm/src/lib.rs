@@ -1,9 +1,12 @@
-//! leaselock for Node: the lease protocol and the worker's decisions compiled to WebAssembly.
+//! leaselock for Node: the lease protocol, the worker engine and the held-lease keeper compiled
+//! to WebAssembly.
 //!
 //! Nothing here does I/O. JavaScript (`bindings/wasm/lib/`) sends the requests an operation asks
 //! for with the user's `DynamoDBClient`, feeds the answers back with its clocks and a random
-//! draw, and waits where the decisions say. Values cross as JSON text: requests are already the
-//! DynamoDB API's JSON, which is what the AWS SDK for JavaScript v3 takes.
+//! draw, and waits where the decisions say. The worker engine's commands, answers and events and
+//! the keeper's leases cross as plain JavaScript values (serde-wasm-bindgen); a protocol step's
+//! request and the SDK's output cross as JSON text, which is the DynamoDB API's own JSON (what the
+//! AWS SDK for JavaScript v3 takes) and what options are validated from.
 //!
 //! Errors cross as JSON too (`{ kind, message, ...fields }`), thrown as a string by the few
 //! functions that throw; `lib/errors.js` makes the `Error` subclasses from it, in one place.
