@@ -15,6 +15,8 @@ const { abortReason } = require('./keeper');
 const { Lease } = require('./table');
 const { call, json } = require('./args');
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Store operations that only read: dropped, not waited for, once the run is over. */
 const READS = new Set(['get', 'orphansPage', 'sessions', 'ownedBy', 'desiredStates']);
 
@@ -223,7 +225,8 @@ class Worker {
     return new Promise((resolve) => {
       this.#wake = resolve;
       if (at !== undefined) {
-        timer = setTimeout(resolve, Math.max(0, Math.ceil(at - clock.mono())));
+        // setTimeout fires at once past 2^31 - 1 ms: a later wake is a wake to look again.
+        timer = setTimeout(resolve, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(at - clock.mono()))));
       }
     }).finally(() => {
       clearTimeout(timer);
