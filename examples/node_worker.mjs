@@ -37,7 +37,7 @@ const table = new LeaseTable({
   renewMs: number('LEASELOCK_RENEW_MS'),
   clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),
   keyPrefix: env.LEASELOCK_KEY_PREFIX,
-  mode: mode === 'per-item' ? 'item' : mode,
+  mode,
 });
 
 /** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */

@@ -33,8 +33,11 @@ export interface LeaseTableOptions {
   /** The orphan index (default `desired_state-lease_expires_at_ms-index`). */
   indexName?: string;
   attributeNames?: AttributeNames;
-  /** "item" (default): every held item is renewed; "session": one session item per worker. */
-  mode?: 'item' | 'session';
+  /**
+   * "per-item" (default): every held item is renewed; "session": one session item per worker.
+   * "item" is the older spelling of "per-item", still accepted.
+   */
+  mode?: 'per-item' | 'item' | 'session';
 }
 
 /** A stored session item; `expiresAtMs` 0 once ended. */
@@ -80,7 +83,7 @@ export declare class LeaseTable {
   readonly leaseMs: number;
   readonly renewMs: number;
   readonly clockSkewMs: number;
-  readonly mode: 'item' | 'session';
+  readonly mode: 'per-item' | 'session';
   createTable(options?: Abortable): Promise<void>;
   start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
   stop(id: string, options?: Abortable): Promise<LeaseItem>;
@@ -153,6 +156,12 @@ export interface WorkerOptions {
   handlerGraceMs?: number;
   /** The hint queue's long-poll wait (default 5000, at most 20000). */
   hintWaitMs?: number;
+  /** How often a metrics line (CloudWatch EMF, as the Rust worker's) is written (default 60000). */
+  metricsIntervalMs?: number;
+  /** The metrics' CloudWatch namespace (default "leaselock"). */
+  metricsNamespace?: string;
+  /** Where the metrics lines go (default: one line each to stdout). */
+  metrics?: (line: string) => void;
   /**
    * Session mode: report the load in every session renewal, claim no more than the fair share
    * of the fleet's work and hand the excess over (default true).
@@ -161,6 +170,7 @@ export interface WorkerOptions {
   logger?: {
     warn(message: string, fields?: object): void;
     info?(message: string, fields?: object): void;
+    error?(message: string, fields?: object): void;
   };
 }
 
@@ -231,10 +241,13 @@ export declare class StoreError extends LeaseLockError {
   /** The last SDK error, when there was one. */
   readonly cause?: unknown;
 }
-export declare class TimeoutError extends StoreError {
+/** No answer in time (`name`: "StoreTimeoutError", never the DOM's "TimeoutError"). */
+export declare class StoreTimeoutError extends StoreError {
   /** True for a write that may have been applied. */
   readonly outcomeUnknown: boolean;
 }
+/** The older name of StoreTimeoutError (the same class). */
+export { StoreTimeoutError as TimeoutError };
 export declare class UnreachableError extends StoreError {}
 export declare class AccessDeniedError extends StoreError {}
 /** No AWS credentials or no region: the message names which; thrown at once, nothing was sent. */

@@ -24,7 +24,10 @@ module.exports = {
   ThrottledError: errors.ThrottledError,
   InvalidInputError: errors.InvalidInputError,
   StoreError: errors.StoreError,
-  TimeoutError: errors.TimeoutError,
+  StoreTimeoutError: errors.StoreTimeoutError,
+  // The older name, kept: the class's `name` is StoreTimeoutError, which the DOMException that
+  // AbortSignal.timeout() rejects with (name TimeoutError) cannot be mistaken for.
+  TimeoutError: errors.StoreTimeoutError,
   UnreachableError: errors.UnreachableError,
   AccessDeniedError: errors.AccessDeniedError,
   NotConfiguredError: errors.NotConfiguredError,

@@ -18,6 +18,7 @@ export const {
   ThrottledError,
   InvalidInputError,
   StoreError,
+  StoreTimeoutError,
   TimeoutError,
   UnreachableError,
   AccessDeniedError,

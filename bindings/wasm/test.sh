@@ -3,6 +3,8 @@
 # scripts/with-services.sh). Node 20's test runner does not expand globs: the files are listed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+# index.d.ts against a file that uses every type it exports.
+node_modules/.bin/tsc -p tests/types
 node --test --test-concurrency=1 \
   tests/errors.test.js \
   tests/hostile.test.js \

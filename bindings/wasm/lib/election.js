@@ -8,7 +8,7 @@
 const os = require('node:os');
 const wasm = require('../pkg/leaselock_wasm.js');
 const { drive, sleep, clock } = require('./drive');
-const { LeaseHeldError, LeaseLostError, LeaseLockError, invalid } = require('./errors');
+const { LeaseHeldError, LeaseLostError, LeaseLockError, invalid, toRust } = require('./errors');
 const { call, json, text } = require('./args');
 const { LeaseTable } = require('./table');
 
@@ -279,58 +279,69 @@ class LeaderElector {
 
   /**
    * Renews `lease` until the term ends; resolves why it ended (`'Lost'`, `'SteppedDown'`), or
-   * undefined once `stopping` aborts.
+   * undefined once `stopping` aborts. The schedule, the retry policy and rule 2 are core's
+   * keeper's (`LeaseKeeper`), as for every held lease.
    */
   async #keep(lease, term, sentMono, stepDown, stopping, onRenewed) {
     const rules = this.#rules;
-    let nextRenew = rules.nextRenewAfterSuccess(lease.deadline);
-    let nextTerm = stepDown ? sentMono + stepDown.termMs : -1;
+    const keeper = rules.keeper(lease.deadline, sentMono);
+    let nextTerm = stepDown ? sentMono + stepDown.termMs : Infinity;
     const lost = () => {
       term._end('Lost');
       return 'Lost';
     };
-    for (;;) {
-      if (stopping.aborted) {
-        return undefined;
-      }
-      if (clock.mono() >= lease.deadline) {
-        return lost();
-      }
-      await until(rules.nextWake(nextRenew, lease.deadline, nextTerm), stopping);
-      if (stopping.aborted) {
-        return undefined;
-      }
-      const now = clock.mono();
-      if (now >= lease.deadline) {
-        return lost();
-      }
-      if (stepDown && now >= nextTerm) {
-        try {
-          const listed = JSON.stringify(await stepDown.list());
-          if (rules.stepsDown(stepDown.strategyJson, listed)) {
-            term._end('SteppedDown');
-            return 'SteppedDown';
-          }
-        } catch (e) {
-          process.emitWarning(`candidate list failed (${e.message}); staying on`);
+    try {
+      for (;;) {
+        if (stopping.aborted) {
+          return undefined;
         }
-        nextTerm += stepDown.termMs;
-      }
-      if (clock.mono() >= nextRenew) {
-        // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(lease.deadline - clock.mono())));
+        const wake = keeper.poll(clock.mono());
+        if (wake === 'deadline') {
+          return lost();
+        }
+        if (wake !== 'renew') {
+          await until(Math.min(wake, nextTerm), stopping);
+          if (stopping.aborted) {
+            return undefined;
+          }
+          const now = clock.mono();
+          if (now >= keeper.deadline) {
+            return lost();
+          }
+          if (stepDown && now >= nextTerm) {
+            try {
+              const listed = JSON.stringify(await stepDown.list());
+              if (rules.stepsDown(stepDown.strategyJson, listed)) {
+                term._end('SteppedDown');
+                return 'SteppedDown';
+              }
+            } catch (e) {
+              process.emitWarning(`candidate list failed (${e.message}); staying on`);
+            }
+            nextTerm += stepDown.termMs;
+          }
+          continue;
+        }
+        // Rule 2: the renewal is given up at the deadline, one stuck in the network included.
+        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(keeper.deadline - clock.mono())));
+        let reason;
         try {
           await lease.renew({ signal: atDeadline });
-          nextRenew = rules.nextRenewAfterSuccess(lease.deadline);
+          reason = keeper.renewedUntil(lease.deadline, rules.nextRenewAfterSuccess(lease.deadline), clock.mono(), Math.random());
           term._renewed(lease);
           onRenewed();
         } catch (e) {
-          if (e instanceof LeaseLostError || atDeadline.aborted) {
+          if (atDeadline.aborted) {
             return lost();
           }
-          nextRenew = rules.nextRenewAfterFailure(clock.mono());
+          reason = keeper.failed(toRust(e), clock.mono(), Math.random());
+        }
+        if (reason !== undefined) {
+          return lost();
         }
       }
+    } finally {
+      keeper.free();
     }
   }
 }

@@ -80,7 +80,7 @@ class StoreError extends LeaseLockError {
 }
 
 /** Every attempt timed out or failed on the server side until the budget ran out. */
-class TimeoutError extends StoreError {
+class StoreTimeoutError extends StoreError {
   constructor(message, { outcomeUnknown }, options) {
     super(message, 'Timeout', options);
     /** True for a write that may have been applied. */
@@ -155,7 +155,7 @@ function fromRust(e, cause) {
     case 'InvalidInput':
       return new InvalidInputError(message, e);
     case 'Timeout':
-      return new TimeoutError(message, e, withCause);
+      return new StoreTimeoutError(message, e, withCause);
     case 'Unreachable':
       return new UnreachableError(message, e, withCause);
     case 'AccessDenied':
@@ -204,7 +204,9 @@ module.exports = {
   ThrottledError,
   InvalidInputError,
   StoreError,
-  TimeoutError,
+  StoreTimeoutError,
+  /** The older name of StoreTimeoutError (its `name` is StoreTimeoutError: not the DOM's TimeoutError). */
+  TimeoutError: StoreTimeoutError,
   UnreachableError,
   AccessDeniedError,
   NotConfiguredError,

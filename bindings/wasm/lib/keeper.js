@@ -1,7 +1,7 @@
 'use strict';
-// Keeps one held lease: renews it when the protocol's schedule says, and aborts its signal at
-// the local deadline, on a lost lease, on STOP (seen on a renewal) or when told to. Every time
-// and every verdict comes from the wasm decisions; this only waits and sends.
+// Keeps one held lease: renews it when core's keeper (`LeaseKeeper`, the one the worker engine
+// keeps every held lease with) says, and aborts its signal at the local deadline, on a lost
+// lease, on STOP (seen on a renewal) or when told to. This only waits and sends.
 
 const wasm = require('../pkg/leaselock_wasm.js');
 const { clock } = require('./drive');
@@ -27,7 +27,6 @@ function abortReason(reason, id) {
 
 class Keeper {
   #lease;
-  #rules;
   #controller = new AbortController();
   #stopping = new AbortController();
   #done;
@@ -40,7 +39,6 @@ class Keeper {
    */
   constructor(lease, outer, onEnd) {
     this.#lease = lease;
-    this.#rules = lease.table.rules;
     this.#onEnd = onEnd;
     if (outer) {
       const forward = () => this.#abortWith(outer.reason, 'Shutdown');
@@ -106,116 +104,48 @@ class Keeper {
     });
   }
 
+  /** Renews when core's keeper says, until the deadline, a lost lease or `stop()`. */
   async #renewUntilLost() {
     const lease = this.#lease;
-    let next = this.#rules.nextRenewAt(JSON.stringify(lease));
-    let attempt = 0;
-    for (;;) {
-      if (this.#stopping.signal.aborted) {
-        return;
-      }
-      if (clock.mono() >= lease.deadline) {
-        this.cancel('Deadline');
-        return;
-      }
-      await this.#sleepUntil(Math.min(next, lease.deadline));
-      if (this.#stopping.signal.aborted) {
-        return;
-      }
-      const now = clock.mono();
-      if (now >= lease.deadline) {
-        this.cancel('Deadline');
-        return;
-      }
-      if (now < next) {
-        continue;
-      }
-      // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-      const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(lease.deadline - now)));
-      let step;
-      try {
-        await lease.renew({ signal: atDeadline });
-        attempt = 0;
-        step = JSON.parse(this.#rules.afterRenewal(JSON.stringify(lease)));
-      } catch (e) {
-        if (atDeadline.aborted) {
+    const keeper = new wasm.LeaseKeeper(lease.table.rules, lease.toJSON());
+    try {
+      for (;;) {
+        if (this.#stopping.signal.aborted) {
+          return;
+        }
+        const wake = keeper.poll(clock.mono());
+        if (wake === 'deadline') {
           this.cancel('Deadline');
           return;
         }
-        step = JSON.parse(
-          this.#rules.afterRenewalError(toRust(e), attempt, clock.mono(), lease.deadline, Math.random()),
-        );
-        attempt += 1;
-      }
-      switch (step.step) {
-        case 'RenewAt':
-        case 'RetryAt':
-          next = step.at;
-          break;
-        case 'StoppedRenewAt':
-          this.cancel('Stopped');
-          next = step.at;
-          break;
-        case 'Lost':
-          this.cancel('Lost');
+        if (wake !== 'renew') {
+          await this.#sleepUntil(wake);
+          continue;
+        }
+        // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
+        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(keeper.deadline - clock.mono())));
+        let reason;
+        try {
+          await lease.renew({ signal: atDeadline });
+          reason = keeper.renewed(lease.toJSON(), clock.mono(), Math.random());
+        } catch (e) {
+          if (atDeadline.aborted) {
+            this.cancel('Deadline');
+            return;
+          }
+          reason = keeper.failed(toRust(e), clock.mono(), Math.random());
+        }
+        if (reason !== undefined) {
+          this.cancel(reason);
+        }
+        if (reason === 'Lost') {
           return;
-        case 'Deadline':
-          // Wait out the deadline itself: the loop cancels with `Deadline` there.
-          next = lease.deadline;
-          break;
-        default:
-          throw new Error(`unknown renewal step ${step.step}`);
+        }
       }
+    } finally {
+      keeper.free();
     }
   }
 }
 
-/**
- * Session mode's keeper of one held connection: nothing is renewed per connection (the
- * session's renewals move the lease's deadline); aborts the signal at the deadline (rule 2), on
- * STOP or when told to. The same face as Keeper.
- */
-class SessionHold {
-  #lease;
-  #controller = new AbortController();
-  #timer;
-  #reason;
-
-  constructor(lease) {
-    this.#lease = lease;
-    this.#arm();
-  }
-
-  get signal() {
-    return this.#controller.signal;
-  }
-
-  get reason() {
-    return this.#reason;
-  }
-
-  cancel(reason) {
-    if (this.#controller.signal.aborted) {
-      return false;
-    }
-    this.#reason = reason;
-    this.#controller.abort(abortReason(reason, this.#lease.id));
-    return true;
-  }
-
-  /** Wakes at the lease's deadline; a deadline moved meanwhile is waited for in turn. */
-  #arm() {
-    const left = this.#lease.deadline - clock.mono();
-    if (left <= 0) {
-      this.cancel('Deadline');
-      return;
-    }
-    this.#timer = setTimeout(() => this.#arm(), Math.ceil(left));
-  }
-
-  async stop() {
-    clearTimeout(this.#timer);
-  }
-}
-
-module.exports = { Keeper, SessionHold, abortReason };
+module.exports = { Keeper, abortReason };

@@ -15,7 +15,6 @@ class Session {
   /** Leases claimed under this session and not given up: a renewal moves their deadline. */
   #leases = new Set();
   #serial = new Serial();
-  #covers = () => true;
 
   constructor(table, data) {
     this.#table = table;
@@ -57,9 +56,7 @@ class Session {
     return this.#serial.run(async () => {
       this.#data = await this.#table._renewSession(this.#data, signal, load);
       for (const lease of this.#leases) {
-        if (this.#covers(lease)) {
-          lease._cover(this.#data.deadline);
-        }
+        lease._cover(this.#data.deadline);
       }
       return this;
     });
@@ -87,11 +84,6 @@ class Session {
     lease._cover(this.#data.deadline);
     this.#leases.add(lease);
     return lease;
-  }
-
-  /** Internal: which leases a renewal moves along (the worker's decision; all by default). */
-  _coverWhen(predicate) {
-    this.#covers = predicate;
   }
 
   /** Internal: `lease` is no longer held under this session. */

@@ -17,8 +17,9 @@ class LeaseTable {
 
   /**
    * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
-   *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("item", the
-   *   default, or "session": one session item per worker renewed for everything it holds).
+   *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("per-item",
+   *   the default, or "session": one session item per worker renewed for everything it holds;
+   *   "item" is the older spelling of "per-item", still accepted).
    */
   constructor(options) {
     const { client, ...rest } = options ?? {};
@@ -45,7 +46,7 @@ class LeaseTable {
     return this.#rules.clockSkewMs;
   }
 
-  /** "item" or "session". */
+  /** "per-item" or "session" (the CLI's names). */
   get mode() {
     return this.#rules.mode;
   }

@@ -6,8 +6,10 @@ use std::time::Duration;
 use leaselock::{Attributes, Error, LeaseMode, Result, TableConfig};
 use serde_json::{Map, Value};
 
-/// The lease modes a table may use: per-item leases (the default) or one session per worker.
-const MODES: &[(&str, LeaseMode)] = &[("item", LeaseMode::PerItem), ("session", LeaseMode::Session)];
+/// The lease modes a table may use: per-item leases (the default) or one session per worker,
+/// named as the CLI names them; `item` is the older spelling of `per-item`, still accepted.
+const MODES: &[(&str, LeaseMode)] =
+    &[("per-item", LeaseMode::PerItem), ("item", LeaseMode::PerItem), ("session", LeaseMode::Session)];
 
 /// The options of `new LeaseTable(...)` other than `client`.
 const OPTIONS: &[&str] = &[
@@ -34,7 +36,10 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
     let mode = match string(&options, "mode")? {
         None => LeaseMode::PerItem,
         Some(m) => MODES.iter().find(|(name, _)| *name == m).map(|(_, mode)| *mode).ok_or_else(|| {
-            invalid("mode", format!("{} is not a lease mode (\"item\" or \"session\")", leaselock::render::value(&m)))
+            invalid(
+                "mode",
+                format!("{} is not a lease mode (\"per-item\" or \"session\")", leaselock::render::value(&m)),
+            )
         })?,
     };
     let table_name = string(&options, "tableName")?.ok_or_else(|| invalid("tableName", "required"))?;
@@ -194,6 +199,7 @@ mod tests {
         assert_eq!(js_field("id"), "id");
         assert_eq!(table_config(r#"{"tableName":"leases","mode":"session"}"#).unwrap().mode, LeaseMode::Session);
         assert_eq!(table_config(r#"{"tableName":"leases","mode":"item"}"#).unwrap().mode, LeaseMode::PerItem);
+        assert_eq!(table_config(r#"{"tableName":"leases","mode":"per-item"}"#).unwrap().mode, LeaseMode::PerItem);
         assert!(table_config(r#"{"tableName":"leases","mode":"sessions"}"#).unwrap_err().to_string().contains("mode"));
         assert!(table_config(r#"{"tableName":"leases","leseMs":1}"#).unwrap_err().to_string().contains("\"leseMs\""));
         assert!(matches!(

@@ -246,21 +246,16 @@ impl ElectionRules {
         Ok(decide::steps_down(&s, &candidates(candidates_json)?, &self.owner))
     }
 
+    /// The keeper of a term claimed with `deadline_mono_ms`, the claim sent at `sent_mono_ms`:
+    /// renewed a renew interval after the claim, as the Rust elector keeps one.
+    pub fn keeper(&self, deadline_mono_ms: f64, sent_mono_ms: f64) -> crate::keeper::LeaseKeeper {
+        let renew_ms = self.timing.renew_ms();
+        crate::keeper::LeaseKeeper::from_claim(deadline_mono_ms as u64, sent_mono_ms as u64 + renew_ms, renew_ms)
+    }
+
     #[wasm_bindgen(js_name = nextRenewAfterSuccess)]
     pub fn next_renew_after_success(&self, deadline_mono_ms: f64) -> f64 {
         decide::next_renew_after_success(deadline_mono_ms as u64, &self.timing) as f64
-    }
-
-    #[wasm_bindgen(js_name = nextRenewAfterFailure)]
-    pub fn next_renew_after_failure(&self, now_mono_ms: f64) -> f64 {
-        decide::next_renew_after_failure(now_mono_ms as u64, &self.timing) as f64
-    }
-
-    /// When the keeper wakes next; `next_term_mono_ms` negative when there is no term boundary.
-    #[wasm_bindgen(js_name = nextWake)]
-    pub fn next_wake(&self, next_renew_mono_ms: f64, deadline_mono_ms: f64, next_term_mono_ms: f64) -> f64 {
-        let term = (next_term_mono_ms >= 0.0).then_some(next_term_mono_ms as u64);
-        decide::next_wake(next_renew_mono_ms as u64, deadline_mono_ms as u64, term) as f64
     }
 
     #[wasm_bindgen(js_name = claimStoreMs)]

@@ -1,9 +1,12 @@
-//! leaselock for Node: the lease protocol and the worker's decisions compiled to WebAssembly.
+//! leaselock for Node: the lease protocol, the worker engine and the held-lease keeper compiled
+//! to WebAssembly.
 //!
 //! Nothing here does I/O. JavaScript (`bindings/wasm/lib/`) sends the requests an operation asks
 //! for with the user's `DynamoDBClient`, feeds the answers back with its clocks and a random
-//! draw, and waits where the decisions say. Values cross as JSON text: requests are already the
-//! DynamoDB API's JSON, which is what the AWS SDK for JavaScript v3 takes.
+//! draw, and waits where the decisions say. The worker engine's commands, answers and events and
+//! the keeper's leases cross as plain JavaScript values (serde-wasm-bindgen); a protocol step's
+//! request and the SDK's output cross as JSON text, which is the DynamoDB API's own JSON (what the
+//! AWS SDK for JavaScript v3 takes) and what options are validated from.
 //!
 //! Errors cross as JSON too (`{ kind, message, ...fields }`), thrown as a string by the few
 //! functions that throw; `lib/errors.js` makes the `Error` subclasses from it, in one place.
@@ -11,7 +14,9 @@
 mod config;
 mod engine;
 mod error;
+mod keeper;
 mod lease;
+mod logs;
 mod protocol;
 mod session;
 mod worker;
@@ -125,53 +130,6 @@ impl Table {
     pub fn clock_skew_ms(&self) -> f64 {
         self.config.skew_ms() as f64
     }
-
-    /// The cutoff of the worker's orphan query at wall time `now_ms`.
-    #[wasm_bindgen(js_name = orphanQueryCutoff)]
-    pub fn orphan_query_cutoff(&self, now_ms: f64, interval_ms: f64) -> f64 {
-        decide::orphan_query_cutoff(now_ms as u64, &self.config, interval_ms as u64) as f64
-    }
-
-    /// One orphan poll decided: `{ claim: [ids], wakeInMs }`.
-    #[wasm_bindgen(js_name = planOrphans)]
-    pub fn plan_orphans(&self, poll_json: &str) -> Result<String, JsValue> {
-        Ok(text(worker::plan_orphans(parse("poll", poll_json)?, &self.config)))
-    }
-
-    /// What to do after a successful renewal of `lease_json`: `{ step, at }`.
-    #[wasm_bindgen(js_name = afterRenewal)]
-    pub fn after_renewal(&self, lease_json: &str) -> Result<String, JsValue> {
-        Ok(text(worker::after_renewal(parse("lease", lease_json)?, &self.config)))
-    }
-
-    /// What to do after a renewal failed with `error_json` on try `attempt` (0-based).
-    #[wasm_bindgen(js_name = afterRenewalError)]
-    pub fn after_renewal_error(
-        &self,
-        error_json: &str,
-        attempt: u32,
-        now_mono_ms: f64,
-        deadline_mono_ms: f64,
-        random: f64,
-    ) -> Result<String, JsValue> {
-        let err = error::from_json(&parse("error", error_json)?);
-        let step = worker::after_renewal_error(
-            &err,
-            attempt,
-            now_mono_ms as u64,
-            deadline_mono_ms as u64,
-            &self.config,
-            random,
-        );
-        Ok(text(step))
-    }
-
-    /// When `lease_json`'s next renewal is due, on the monotonic clock.
-    #[wasm_bindgen(js_name = nextRenewAt)]
-    pub fn next_renew_at(&self, lease_json: &str) -> Result<f64, JsValue> {
-        let lease = Lease::from(parse::<JsLease>("lease", lease_json)?);
-        Ok(lease.next_renew_mono_ms(&self.config) as f64)
-    }
 }
 
 /// The lease operations: each returns an [`Op`] for `lib/drive.js` to step, or throws bad input.
@@ -269,7 +227,6 @@ impl Table {
     }
 }
 
-/// `interval_ms` moved by up to ±20 % (`random` in `[0, 1)`), so a fleet does not poll in step.
 /// A value as an error quotes it (`leaselock::render::value`): quoted, escaped, bounded.
 #[wasm_bindgen(js_name = renderValue)]
 pub fn render_value(s: &str) -> String {
@@ -283,81 +240,10 @@ pub fn render_utf16(head: &[u16], total_bytes: f64) -> String {
     leaselock::render::utf16_value(head, total_bytes as usize)
 }
 
-#[wasm_bindgen(js_name = jitteredMs)]
-pub fn jittered_ms(interval_ms: f64, random: f64) -> f64 {
-    decide::jittered_ms(interval_ms as u64, random) as f64
-}
-
 /// Whether the lease is given up once the handler has ended, given why it was cancelled.
 #[wasm_bindgen(js_name = shouldRelease)]
 pub fn should_release(reason: Option<String>) -> bool {
     decide::should_release(worker::reason(reason.as_deref()))
-}
-
-/// Whether the end of a lease counts as a lost lease.
-#[wasm_bindgen(js_name = countsAsLost)]
-pub fn counts_as_lost(reason: Option<String>) -> bool {
-    decide::counts_as_lost(worker::reason(reason.as_deref()))
-}
-
-/// `"Conflict"` (held or stopped: the normal outcome of a race) or `"Error"`.
-#[wasm_bindgen(js_name = claimFailure)]
-pub fn claim_failure(error_json: &str) -> Result<String, JsValue> {
-    Ok(worker::claim_failure(&error::from_json(&parse("error", error_json)?)).to_string())
-}
-
-/// Whether a claimed lease is running fleet work (only that gets a handler).
-#[wasm_bindgen(js_name = isFleetWork)]
-pub fn is_fleet_work(lease_json: &str) -> Result<bool, JsValue> {
-    Ok(decide::is_fleet_work(&Lease::from(parse::<JsLease>("lease", lease_json)?)))
-}
-
-/// The ids of `{ id: state }` that are STOPPED, sorted.
-#[wasm_bindgen(js_name = stoppedIds)]
-pub fn stopped_ids(states_json: &str) -> Result<Vec<String>, JsValue> {
-    Ok(worker::stopped_ids(parse("states", states_json)?))
-}
-
-/// How many hints to ask SQS for with `capacity` leases free.
-#[wasm_bindgen(js_name = hintBatchSize)]
-pub fn hint_batch_size(capacity: u32) -> i32 {
-    decide::hint_batch_size(capacity as usize)
-}
-
-/// Leases still free under `max_connections`.
-#[wasm_bindgen(js_name = capacityLeft)]
-pub fn capacity_left(max_connections: u32, held: u32) -> u32 {
-    decide::capacity_left(max_connections as usize, held as usize) as u32
-}
-
-/// Validates `new Worker(...)`'s options and fills in the defaults (JSON in, JSON out).
-#[wasm_bindgen(js_name = workerSettings)]
-pub fn worker_settings(options_json: &str) -> Result<String, JsValue> {
-    worker::settings(options_json).map(text).map_err(|e| throw(&e))
-}
-
-/// When to query the orphan index again after `failures` failed polls in a row.
-#[wasm_bindgen(js_name = orphanRetryMs)]
-pub fn orphan_retry_ms(failures: u32, interval_ms: f64, random: f64) -> f64 {
-    decide::orphan_retry_ms(failures, interval_ms as u64, random) as f64
-}
-
-/// When to poll the hint queue again after `failures` failed receives in a row.
-#[wasm_bindgen(js_name = hintRetryMs)]
-pub fn hint_retry_ms(failures: u32, random: f64) -> f64 {
-    decide::hint_retry_ms(failures, random) as f64
-}
-
-/// The random phase of the desired-state loop.
-#[wasm_bindgen(js_name = desiredStatePhaseMs)]
-pub fn desired_state_phase_ms(interval_ms: f64, random: f64) -> f64 {
-    decide::desired_state_phase_ms(interval_ms as u64, random) as f64
-}
-
-/// The work id a hint message's body names; throws (InvalidInput) for an unreadable body.
-#[wasm_bindgen(js_name = hintConnectionId)]
-pub fn hint_connection_id(body: &str) -> Result<String, JsValue> {
-    leaselock::Hint::from_json(body).map(|h| h.connection_id).map_err(|e| throw(&e))
 }
 
 /// The body of a hint message for `id`.

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use leaselock::lease::claim_cutoff;
-use leaselock::protocol::{Answer, CancellationReason, Input, Item, Operation, OrphansPage, Output, Step};
+use leaselock::protocol::{Answer, CancellationReason, Input, Item, Operation, OrphansPage, Output, Request, Step};
 use leaselock::store::OrphanPage;
 use leaselock::{DesiredState, Lease, LeaseItem, TableConfig};
 use serde::Deserialize;
@@ -133,15 +133,20 @@ impl Operation for Orphans {
 /// The step as JSON text (see the module docs).
 fn step_json<T: IntoJs>(step: Step<T>) -> String {
     match step {
-        Step::Send { request, attempt_timeout_ms } => format!(
-            r#"{{"send":"{}","timeoutMs":{attempt_timeout_ms},"request":{}}}"#,
-            request.operation(),
-            serde_json::to_string(&request).expect("requests serialize")
-        ),
+        Step::Send { request, attempt_timeout_ms } => send_json(&request, attempt_timeout_ms),
         Step::Sleep { ms } => format!(r#"{{"sleep":{ms}}}"#),
         Step::Done(value) => value.done_json(),
         Step::Fail(e) => json!({ "fail": error::to_json(&e) }).to_string(),
     }
+}
+
+/// A `send` step's text (see the module docs).
+pub fn send_json(request: &Request, attempt_timeout_ms: u64) -> String {
+    format!(
+        r#"{{"send":"{}","timeoutMs":{attempt_timeout_ms},"request":{}}}"#,
+        request.operation(),
+        serde_json::to_string(request).expect("requests serialize")
+    )
 }
 
 /// What JavaScript saw of a failed request (`lib/io.js` `describe`).

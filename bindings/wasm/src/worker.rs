@@ -1,15 +1,10 @@
-//! The worker's decisions (`leaselock::worker::decide`) for the JavaScript `Worker`: when to
-//! renew, what a renewal failure means, which orphans to claim and when to poll again, what to
-//! release. The JavaScript side only waits and sends.
+//! The JavaScript `Worker`'s options, validated with core's defaults and limits (the engine
+//! takes every decision: `crate::engine`), and cancel reasons by name.
 
-use std::collections::HashMap;
-
-use leaselock::worker::decide::{self, CancelReason, ClaimFailure, OrphanPoll, RenewStep};
-use leaselock::{DesiredState, Error, Lease, LeaseItem, TableConfig};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-
-use crate::lease::{JsItem, JsLease};
+use leaselock::worker::decide::{self, CancelReason};
+use leaselock::Error;
+use serde::Serialize;
+use serde_json::Value;
 
 fn ms(d: std::time::Duration) -> u64 {
     d.as_millis() as u64
@@ -30,6 +25,11 @@ pub struct Settings {
     pub hint_claim_concurrency: usize,
     pub poll_answer_margin_ms: u64,
     pub hand_over_timeout_ms: u64,
+    pub metrics_interval_ms: u64,
+    /// An SQS client was given: hints are received and sent.
+    pub hints: bool,
+    /// The CloudWatch namespace of the metrics lines.
+    pub metrics_namespace: String,
     /// Session mode: claim no more than the fair share and hand the excess over.
     pub balance: bool,
 }
@@ -42,6 +42,8 @@ const SETTINGS: &[&str] = &[
     "desiredStateIntervalMs",
     "handlerGraceMs",
     "hintWaitMs",
+    "metricsIntervalMs",
+    "metricsNamespace",
     "balance",
     "hints",
 ];
@@ -84,6 +86,14 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         None | Some(Value::Null) => {}
         Some(_) => return Err(invalid("queueUrl", "must be a string")),
     }
+    let metrics_namespace = match map.get("metricsNamespace") {
+        None | Some(Value::Null) => leaselock::metrics::NAMESPACE.to_string(),
+        Some(Value::String(ns)) if !ns.is_empty() => {
+            leaselock::config::validate_text("metricsNamespace", ns, 255)?;
+            ns.clone()
+        }
+        Some(_) => return Err(invalid("metricsNamespace", "must be a non-empty string")),
+    };
     let settings = Settings {
         worker_id: worker_id.to_string(),
         max_connections: num("maxConnections", decide::DEFAULT_MAX_CONNECTIONS as u64, 1)?,
@@ -95,6 +105,9 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
         poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),
         hand_over_timeout_ms: ms(decide::HAND_OVER_TIMEOUT),
+        metrics_interval_ms: num("metricsIntervalMs", ms(decide::DEFAULT_METRICS_INTERVAL), 1)?,
+        metrics_namespace,
+        hints,
         balance,
     };
     let max_wait = ms(decide::MAX_HINT_WAIT);
@@ -109,76 +122,11 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         ("orphanIntervalMs", settings.orphan_interval_ms),
         ("desiredStateIntervalMs", settings.desired_state_interval_ms),
         ("handlerGraceMs", settings.handler_grace_ms),
+        ("metricsIntervalMs", settings.metrics_interval_ms),
     ] {
         leaselock::config::validate_duration(field, std::time::Duration::from_millis(v))?;
     }
     Ok(settings)
-}
-
-/// One orphan poll's inputs, as JavaScript gives them.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JsOrphanPoll {
-    pub items: Vec<JsItem>,
-    pub page_was_full: bool,
-    pub now_ms: u64,
-    pub capacity: usize,
-    pub interval_ms: u64,
-    pub random: f64,
-    /// Ids this worker holds already.
-    pub ours: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JsOrphanPlan {
-    pub claim: Vec<String>,
-    pub wake_in_ms: u64,
-}
-
-pub fn plan_orphans(poll: JsOrphanPoll, config: &TableConfig) -> JsOrphanPlan {
-    let items: Vec<LeaseItem> = poll.items.into_iter().map(LeaseItem::from).collect();
-    let ours: std::collections::HashSet<&str> = poll.ours.iter().map(String::as_str).collect();
-    let plan = decide::plan_orphans(
-        &OrphanPoll {
-            items: &items,
-            page_was_full: poll.page_was_full,
-            now_ms: poll.now_ms,
-            capacity: poll.capacity,
-            interval_ms: poll.interval_ms,
-            unit: poll.random,
-        },
-        config,
-        |id| ours.contains(id),
-    );
-    JsOrphanPlan { claim: plan.claim, wake_in_ms: plan.wake_in_ms }
-}
-
-/// A [`RenewStep`] as `{ step, at? }`: `RenewAt`, `StoppedRenewAt`, `RetryAt` carry the
-/// monotonic time to act at.
-pub fn renew_step(step: RenewStep) -> Value {
-    match step {
-        RenewStep::RenewAt(at) => json!({ "step": "RenewAt", "at": at }),
-        RenewStep::StoppedRenewAt(at) => json!({ "step": "StoppedRenewAt", "at": at }),
-        RenewStep::RetryAt(at) => json!({ "step": "RetryAt", "at": at }),
-        RenewStep::Lost => json!({ "step": "Lost" }),
-        RenewStep::Deadline => json!({ "step": "Deadline" }),
-    }
-}
-
-pub fn after_renewal(lease: JsLease, config: &TableConfig) -> Value {
-    renew_step(decide::after_renewal(&Lease::from(lease), config))
-}
-
-pub fn after_renewal_error(
-    err: &Error,
-    attempt: u32,
-    now_mono_ms: u64,
-    deadline_mono_ms: u64,
-    config: &TableConfig,
-    random: f64,
-) -> Value {
-    renew_step(decide::after_renewal_error(err, attempt, now_mono_ms, deadline_mono_ms, config, random))
 }
 
 /// A cancellation reason by name (`Deadline`, `Lost`, `Stopped`, `Shutdown`, `Released`);
@@ -194,18 +142,6 @@ pub fn reason(name: Option<&str>) -> Option<CancelReason> {
     ]
     .into_iter()
     .find(|r| Some(r.as_str()) == name)
-}
-
-pub fn claim_failure(err: &Error) -> &'static str {
-    match decide::claim_failure(err) {
-        ClaimFailure::Conflict => "Conflict",
-        ClaimFailure::Error => "Error",
-    }
-}
-
-/// `{ id: "STARTED" | "STOPPED" | null }` to the ids that are STOPPED, sorted.
-pub fn stopped_ids(states: HashMap<String, Option<DesiredState>>) -> Vec<String> {
-    decide::stopped_ids(&states)
 }
 
 #[cfg(test)]
@@ -238,11 +174,5 @@ mod tests {
         assert_eq!(reason(Some("Lost")), Some(CancelReason::Lost));
         assert_eq!(reason(None), None);
         assert_eq!(reason(Some("lost")), None);
-    }
-
-    #[test]
-    fn renew_steps_as_objects() {
-        assert_eq!(renew_step(RenewStep::RetryAt(7)), json!({"step": "RetryAt", "at": 7}));
-        assert_eq!(renew_step(RenewStep::Lost), json!({"step": "Lost"}));
     }
 }

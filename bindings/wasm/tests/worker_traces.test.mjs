@@ -50,7 +50,7 @@ function replay(trace) {
   for (let i = 0; !failed && i < trace.steps.length; i++) {
     const { at, event, expect } = trace.steps[i];
     if (event === undefined) {
-      engine.handle_timeout(at.wall_ms, at.mono_ms);
+      engine.handleTimeout(at.wall_ms, at.mono_ms);
     } else {
       engine.handle(JSON.stringify(event), at.wall_ms, at.mono_ms);
     }

@@ -67,16 +67,6 @@ pub fn next_renew_after_success(deadline_mono_ms: u64, timing: &Timing) -> u64 {
     deadline_mono_ms + timing.skew_ms() + timing.renew_ms() - timing.lease_ms()
 }
 
-/// When to try again after a renewal failed without losing the lease (throttled, unreachable).
-pub fn next_renew_after_failure(now_mono_ms: u64, timing: &Timing) -> u64 {
-    now_mono_ms + (timing.renew_ms() / 5).max(20)
-}
-
-/// When the keeper wakes next: the renewal, the deadline or the term boundary, whichever is first.
-pub fn next_wake(next_renew_mono_ms: u64, deadline_mono_ms: u64, next_term_mono_ms: Option<u64>) -> u64 {
-    next_renew_mono_ms.min(deadline_mono_ms).min(next_term_mono_ms.unwrap_or(u64::MAX))
-}
-
 /// The stored time of a claim: the expiry it wrote minus one lease.
 pub fn claim_store_ms(claimed_expires_at_ms: u64, timing: &Timing) -> u64 {
     claimed_expires_at_ms.saturating_sub(timing.lease_ms())
@@ -166,9 +156,6 @@ mod tests {
         let t = timing();
         // A deadline at 10_000 (lease - skew after the send at 1_200): renew one interval after the send.
         assert_eq!(next_renew_after_success(10_000, &t), 10_000 + 200 + 500 - 2_000);
-        assert_eq!(next_renew_after_failure(5_000, &t), 5_100);
-        assert_eq!(next_wake(9_000, 8_000, Some(7_000)), 7_000);
-        assert_eq!(next_wake(9_000, 8_000, None), 8_000);
         assert_eq!(claim_store_ms(1_000_002_000, &t), 1_000_000_000);
     }
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::lease::{backoff_ms, claim_cutoff, is_orphan, retry_fits};
+use crate::lease::{backoff_ms, claim_cutoff, is_orphan};
 use crate::{DesiredState, Error, Lease, LeaseItem, Session, SessionItem, TableConfig};
 
 /// Why a handler's cancellation token fired.
@@ -210,52 +210,7 @@ pub fn is_fleet_work(lease: &Lease) -> bool {
     lease.desired_state == Some(DesiredState::Started)
 }
 
-/// What to do after a renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RenewStep {
-    /// Renewed; send the next renewal at this monotonic time.
-    RenewAt(u64),
-    /// Renewed, but the work was stopped: cancel the handler, keep renewing until it ends.
-    StoppedRenewAt(u64),
-    /// Not ours any more.
-    Lost,
-    /// A transient failure: try again at this monotonic time (before the deadline).
-    RetryAt(u64),
-    /// No retry fits before the deadline.
-    Deadline,
-}
-
-/// The renewal succeeded and `lease` is the renewed handle.
-pub fn after_renewal(lease: &Lease, config: &TableConfig) -> RenewStep {
-    let next = lease.next_renew_mono_ms(config);
-    if lease.desired_state == Some(DesiredState::Stopped) {
-        RenewStep::StoppedRenewAt(next)
-    } else {
-        RenewStep::RenewAt(next)
-    }
-}
-
 pub use crate::keeper::MIN_RETRY_MS;
-
-/// The renewal failed with `err` on try `attempt` (0-based) at monotonic `now_mono_ms`.
-pub fn after_renewal_error(
-    err: &Error,
-    attempt: u32,
-    now_mono_ms: u64,
-    deadline_mono_ms: u64,
-    config: &TableConfig,
-    unit: f64,
-) -> RenewStep {
-    if matches!(err, Error::Lost { .. } | Error::NotFound { .. }) {
-        return RenewStep::Lost;
-    }
-    let delay = crate::keeper::retry_delay_ms(attempt, config.renew_ms(), unit);
-    if retry_fits(now_mono_ms, delay, deadline_mono_ms) {
-        RenewStep::RetryAt(now_mono_ms + delay)
-    } else {
-        RenewStep::Deadline
-    }
-}
 
 /// Session mode: how long to wait before opening a session again after `err`, the
 /// `failures`-th failure in a row (0-based). Our own session of an earlier run that still lives
@@ -437,25 +392,6 @@ mod tests {
             desired_state: state,
             deadline_mono_ms: deadline,
         }
-    }
-
-    #[test]
-    fn renewal_schedule_and_stop() {
-        let c = cfg();
-        // Sent at 0: deadline 19,000, next renewal 5,000.
-        assert_eq!(after_renewal(&lease(19_000, Some(DesiredState::Started)), &c), RenewStep::RenewAt(5_000));
-        assert_eq!(after_renewal(&lease(19_000, Some(DesiredState::Stopped)), &c), RenewStep::StoppedRenewAt(5_000));
-    }
-
-    #[test]
-    fn renewal_failures_retry_until_the_deadline() {
-        let c = cfg();
-        let lost = Error::Lost { id: "a".into() };
-        assert_eq!(after_renewal_error(&lost, 0, 0, 19_000, &c, 0.5), RenewStep::Lost);
-        assert_eq!(after_renewal_error(&Error::Throttled, 0, 1_000, 19_000, &c, 0.5), RenewStep::RetryAt(1_050));
-        assert_eq!(after_renewal_error(&Error::Throttled, 30, 1_000, 19_000, &c, 1.0), RenewStep::RetryAt(3_500));
-        assert_eq!(after_renewal_error(&Error::Throttled, 0, 1_000, 19_000, &c, 0.0), RenewStep::RetryAt(1_010));
-        assert_eq!(after_renewal_error(&Error::Store("x".into()), 30, 18_000, 19_000, &c, 1.0), RenewStep::Deadline);
     }
 
     #[test]
@@ -770,13 +706,18 @@ impl Balancer {
     /// nobody holds (a peer left: the share grows), the first time it is seen dead only (after
     /// that the work it freed is being claimed, here or elsewhere). A live session that the last
     /// [`Balancer::read`] found stalled, and that has not renewed since, gets no share of it.
+    /// `hinted` is how many ids the waiting hints name that this worker does not hold: at least
+    /// that much work is unowned (new work, hinted before any orphan poll has counted it), so a
+    /// lone worker at a share of 0 takes it, and a fleet at its shares takes its share of it.
     /// Callers only ever raise their limit with it; the next orphan poll sets the limit from the
     /// whole view. `max_connections` while a live peer has not reported.
+    #[allow(clippy::too_many_arguments)]
     pub fn refreshed_limit(
         &mut self,
         sessions: &[SessionItem],
         own: &str,
         me: crate::SessionLoad,
+        hinted: u64,
         now_ms: u64,
         config: &TableConfig,
         pace_ms: u64,
@@ -800,7 +741,7 @@ impl Balancer {
             }
         }
         self.counted_dead = dead;
-        let view = FleetView { me, peers: &peers, unowned, in_flight: 0 };
+        let view = FleetView { me, peers: &peers, unowned: unowned.max(hinted), in_flight: 0 };
         fair_share(&view, pace_ms).map_or(me.max_connections, |s| s.claim_limit)
     }
 
@@ -885,7 +826,7 @@ mod balance_tests {
             load: held.map(|h| load(h, 700)),
         };
         let refreshed = |b: &mut Balancer, held: u64, sessions: &[SessionItem]| {
-            b.refreshed_limit(sessions, "a", load(held, 700), now, &config, 2_000)
+            b.refreshed_limit(sessions, "a", load(held, 700), 0, now, &config, 2_000)
         };
         let live = now + 10_000;
         let mut b = Balancer::default();
@@ -896,6 +837,15 @@ mod balance_tests {
         assert_eq!(refreshed(&mut b, 6, &ended), 12);
         // Seen again once a holds 9 of them: b's 6 are not counted twice.
         assert_eq!(refreshed(&mut b, 9, &ended), 9);
+        // Alone at a share of 0, hinted two new ids: they are work nobody holds.
+        let alone = [session("a", live, Some(0))];
+        assert_eq!(Balancer::default().refreshed_limit(&alone, "a", load(0, 700), 2, now, &config, 2_000), 2);
+        // Beside b at 6 each, hinted 2 more: a's share of 14 is 7, not all of them.
+        let both = [session("a", live, Some(6)), session("b", live, Some(6))];
+        assert_eq!(Balancer::default().refreshed_limit(&both, "a", load(6, 700), 2, now, &config, 2_000), 7);
+        // A peer that left reported more than the hints name: counted once, not added to them.
+        let left = [session("a", live, Some(6)), session("c", 0, Some(6))];
+        assert_eq!(Balancer::default().refreshed_limit(&left, "a", load(6, 700), 6, now, &config, 2_000), 12);
         // b died, and c is live with 6: 18 over two.
         let three = [session("a", live, Some(6)), session("b", now - 60_000, Some(6)), session("c", live, Some(6))];
         assert_eq!(refreshed(&mut Balancer::default(), 6, &three), 9);
@@ -1103,7 +1053,7 @@ mod balance_tests {
         // the last listing, gets no share of c's work while it has not renewed since.
         let ended = |b_exp: u64| vec![session("a", now + 20_000, 4), session("b", b_exp, 4), session("c", 0, 4)];
         let refreshed = |b: &Balancer, sessions: &[SessionItem]| {
-            b.clone().refreshed_limit(sessions, "a", load(4, 700), now, &config, 12_000)
+            b.clone().refreshed_limit(sessions, "a", load(4, 700), 0, now, &config, 12_000)
         };
         assert_eq!(refreshed(&watching, &ended(now + 19_000)), 8);
         assert_eq!(refreshed(&watching, &ended(now + 19_900)), 6, "b renewed since");

@@ -326,6 +326,41 @@ pub struct Metrics {
     pub session_renew_latency_ms: Vec<u64>,
 }
 
+impl Metrics {
+    /// The worker's metrics line (EMF): what is held, the counters' deltas since `before` (the
+    /// totals of the previous line), the renewal latencies; session mode adds the session's.
+    /// Every driver writes this line, one per [`Command::EmitMetrics`].
+    pub fn emf_line(
+        &self,
+        namespace: &str,
+        worker_id: &str,
+        before: &Totals,
+        session_mode: bool,
+        now_ms: u64,
+    ) -> String {
+        let now = self.totals;
+        let delta = |f: fn(&Totals) -> u64| f(&now).saturating_sub(f(before));
+        let mut emf = crate::metrics::Emf::new(namespace)
+            .dimension("Service", "worker")
+            .dimension("WorkerId", worker_id)
+            .count("ActiveConnections", self.held as u64)
+            .count("Acquired", delta(|t| t.acquired))
+            .count("AcquireConflicts", delta(|t| t.acquire_conflicts))
+            .count("AcquireErrors", delta(|t| t.acquire_errors))
+            .count("LeasesLost", delta(|t| t.leases_lost))
+            .count("Released", delta(|t| t.released))
+            .count("HandlerFailures", delta(|t| t.handler_errors + t.handler_panics))
+            .milliseconds("RenewLatency", &self.renew_latency_ms);
+        if session_mode {
+            emf = emf
+                .count("Sessions", u64::from(self.session_live))
+                .milliseconds("SessionRenewLatency", &self.session_renew_latency_ms)
+                .count("SessionTakeovers", delta(|t| t.session_takeovers));
+        }
+        emf.to_line(now_ms)
+    }
+}
+
 /// A point-in-time view of a worker (counters are totals since start).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WorkerSnapshot {
@@ -471,6 +506,8 @@ struct HintBatch {
     in_flight: usize,
     /// A refresh of the claim limit, and when it is given up.
     refresh_until: Option<u64>,
+    /// How many ids the hints name that are not tracked here (work nobody holds, at least).
+    hinted: u64,
 }
 
 /// The hint queue's long poll. The next one is sent while the claims of the hints before it
@@ -1093,10 +1130,12 @@ impl Engine {
                 if let Answer::Sessions(sessions) = answer {
                     let pace = self.pace_ms();
                     let me = self.load();
+                    let hinted = self.hint_batch.as_ref().map_or(0, |batch| batch.hinted);
                     let limit = self.balancer.refreshed_limit(
                         &sessions,
                         &self.settings.worker_id,
                         me,
+                        hinted,
                         self.now.wall_ms,
                         &self.config,
                         pace,
@@ -1489,13 +1528,23 @@ impl Engine {
         // Hints come in tens: one index query finds all the work they point at. At the fair
         // share, one read of the sessions first says whether the share has grown.
         self.poll_orphans_now();
+        let hinted = messages
+            .iter()
+            .filter_map(|m| m.body.as_deref().and_then(|b| Hint::from_json(b).ok()))
+            .map(|h| h.connection_id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|id| !self.tracked.contains_key(id))
+            .count() as u64;
         let mut batch = self.hint_batch.take().unwrap_or(HintBatch {
+            hinted: 0,
             messages: Vec::new(),
             outcomes: Vec::new(),
             queue: VecDeque::new(),
             in_flight: 0,
             refresh_until: None,
         });
+        batch.hinted += hinted;
         let first = batch.messages.len();
         batch.queue.extend(first..first + messages.len());
         batch.outcomes.resize(first + messages.len(), None);

@@ -233,6 +233,32 @@ fn the_next_long_poll_is_sent_while_hinted_claims_are_in_flight() {
     assert_eq!(delete, &vec!["r1".to_string(), "r2".to_string()]);
 }
 
+/// A lone balanced session worker at a share of 0 (no work yet) takes new work its hints name
+/// at once: the ids a hint names are work nobody holds, not hints to defer by an orphan interval.
+#[test]
+fn a_lone_balanced_worker_takes_hinted_new_work_without_deferring_the_hints() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    let w = sim.spawn(Settings { hints: true, orphan_interval_ms: 60_000, ..settings("a", 10) }, 4);
+    sim.run_until(5_000);
+    assert_eq!(sim.nodes[w].engine.snapshot().claim_limit, Some(0), "no work: a share of 0");
+    let ids = start_work(&sim, 2);
+    for id in &ids {
+        sim.send_hint(id);
+    }
+    let at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(at + 3_000, 10, |s| s.running(w) == 2), "claimed at once");
+    sim.run_until(at + 5_000);
+    let deferred: usize = sim
+        .log
+        .iter()
+        .map(|e| match &e.command {
+            Command::SettleHints { defer, .. } => defer.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(deferred, 0, "no hint deferred");
+}
+
 // ---- trace vectors ----
 
 fn traces_dir() -> std::path::PathBuf {
