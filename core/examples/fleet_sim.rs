@@ -70,9 +70,14 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     for i in 0..workers {
         sim.spawn(settings(i, max), i as u64 + 1);
     }
-    let cold = until_all_held(&mut sim, &ids, 300_000);
-    phases.insert("cold_start".into(), json!({ "all_held_after_ms": cold, "peaks": peaks(&sim) }));
-    eprintln!("{}: cold start {:?} ms ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
+    let cold_limit_ms = 300_000;
+    let cold = until_all_held(&mut sim, &ids, cold_limit_ms);
+    let held = sim.held_once_count();
+    phases.insert(
+        "cold_start".into(),
+        json!({ "all_held_after_ms": cold, "limit_ms": cold_limit_ms, "held_at_end": held, "peaks": peaks(&sim) }),
+    );
+    eprintln!("{}: cold start {:?} ms, {held} held ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
 
     // Steady state: a minute after everything settled.
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
@@ -99,12 +104,13 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
 
     // A crash: worker 0 dies; its work must be held again elsewhere.
     sim.partitions.reset_peaks();
-    let victims: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+    let victims = sim.held_only_by(0);
     sim.crash(0);
-    let crash = until_all_held(&mut sim, &ids, 120_000);
+    let crash_limit_ms = 120_000;
+    let crash = until_all_held(&mut sim, &ids, crash_limit_ms);
     phases.insert(
         "crash".into(),
-        json!({ "connections": victims.len(), "all_held_after_ms": crash, "peaks": peaks(&sim) }),
+        json!({ "connections": victims.len(), "all_held_after_ms": crash, "limit_ms": crash_limit_ms, "peaks": peaks(&sim) }),
     );
     eprintln!("{}: crash of {} -> {:?} ms ({:.1} s)", m.name, victims.len(), crash, wall.elapsed().as_secs_f64());
 
@@ -113,13 +119,13 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
     let mut gaps = Vec::new();
     for k in 1..=deployed.min(workers - 1) {
-        let mine: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![k]).cloned().collect();
+        let mine = sim.held_only_by(k);
         sim.shutdown(k);
         let from = sim.clock.monotonic_ms();
         sim.run_while(from + 60_000, 50, |s| s.nodes[k].finished);
         let next = workers + k - 1;
         sim.spawn(settings(next, max), next as u64 + 1);
-        let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.running_on(id).len() == 1));
+        let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.runs_once(id)));
         gaps.push(if held { sim.clock.monotonic_ms() - from } else { u64::MAX });
     }
     gaps.sort();

@@ -125,6 +125,8 @@ pub struct Sim {
     receipts: u64,
     /// How many live workers run a handler for each id.
     holders: HashMap<String, u32>,
+    /// How many ids run on exactly one live worker (kept with `holders`).
+    held_once: usize,
     /// Every command emitted, in order.
     pub log: Vec<Emitted>,
     pub keep_log: bool,
@@ -154,6 +156,7 @@ impl Sim {
             hints_deferred: Vec::new(),
             receipts: 0,
             holders: HashMap::new(),
+            held_once: 0,
             log: Vec::new(),
             keep_log: true,
             ops: BTreeMap::new(),
@@ -293,7 +296,13 @@ impl Sim {
                 let stubborn = b.stubborn.contains(&lease.id);
                 let node = &mut self.nodes[worker];
                 if node.running.insert(lease.id.clone(), stubborn).is_none() {
-                    *self.holders.entry(lease.id.clone()).or_default() += 1;
+                    let n = self.holders.entry(lease.id.clone()).or_default();
+                    *n += 1;
+                    match *n {
+                        1 => self.held_once += 1,
+                        2 => self.held_once -= 1,
+                        _ => {}
+                    }
                 }
                 node.copies.insert(lease.id.clone(), lease);
             }
@@ -533,16 +542,41 @@ impl Sim {
         self.hints.len() + self.hints_deferred.len()
     }
 
-    /// Whether every one of `ids` runs on exactly one live worker.
+    /// Whether every one of `ids` (distinct) runs on exactly one live worker.
     pub fn all_held_once(&self, ids: &[String]) -> bool {
-        ids.iter().all(|id| self.holders.get(id) == Some(&1))
+        // Fewer ids held once than asked for: no need to look at each (a large fleet asks
+        // this every step while it is still settling).
+        ids.len() <= self.held_once && ids.iter().all(|id| self.runs_once(id))
+    }
+
+    /// How many ids run on exactly one live worker now.
+    pub fn held_once_count(&self) -> usize {
+        self.held_once
+    }
+
+    /// Whether `id` runs on exactly one live worker.
+    pub fn runs_once(&self, id: &str) -> bool {
+        self.holders.get(id) == Some(&1)
+    }
+
+    /// The ids that run on `worker` and on no other live worker, sorted.
+    pub fn held_only_by(&self, worker: usize) -> Vec<String> {
+        let node = &self.nodes[worker];
+        let mut ids: Vec<String> = node.running.keys().filter(|id| node.alive && self.runs_once(id)).cloned().collect();
+        ids.sort();
+        ids
     }
 
     fn unhold(&mut self, id: &str) {
         if let Some(n) = self.holders.get_mut(id) {
             *n -= 1;
-            if *n == 0 {
-                self.holders.remove(id);
+            match *n {
+                0 => {
+                    self.held_once -= 1;
+                    self.holders.remove(id);
+                }
+                1 => self.held_once += 1,
+                _ => {}
             }
         }
     }
