@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
-use crate::config::{validate_id, validate_url};
+use crate::config::{orphan_shard_of, validate_id, validate_url};
 use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, HELD_UNDER_SESSION_MS};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
 use crate::{
@@ -28,9 +28,11 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Table {
     items: HashMap<String, LeaseItem>,
-    /// The orphan index (sparse on `desired_state`): STARTED items by (expiry, key), a missing
-    /// expiry counted as 0.
-    orphans: BTreeSet<(u64, String)>,
+    /// The orphan index (sparse on `desired_state`): STARTED items by (orphan shard, expiry,
+    /// key), a missing expiry counted as 0; the shard is 0 unless the table is sharded.
+    orphans: BTreeSet<(u32, u64, String)>,
+    /// How many orphan shards (`TableConfig::orphan_shards`).
+    shards: u32,
     /// The owner index (sparse on `lease_owner`): (owner, key).
     owners: BTreeSet<(String, String)>,
 }
@@ -40,8 +42,9 @@ impl Table {
         self.items.get(key)
     }
 
-    fn orphan_entry(key: &str, item: &LeaseItem) -> Option<(u64, String)> {
-        (item.desired_state == Some(DesiredState::Started)).then(|| (item.expires_at_ms.unwrap_or(0), key.to_string()))
+    fn orphan_entry(&self, key: &str, item: &LeaseItem) -> Option<(u32, u64, String)> {
+        (item.desired_state == Some(DesiredState::Started))
+            .then(|| (orphan_shard_of(&item.id, self.shards), item.expires_at_ms.unwrap_or(0), key.to_string()))
     }
 
     fn owner_entry(key: &str, item: &LeaseItem) -> Option<(String, String)> {
@@ -53,12 +56,12 @@ impl Table {
     fn update<T>(&mut self, key: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> T) -> T {
         let mut slot = self.items.remove(key);
         let (orphan_before, owner_before) = match &slot {
-            Some(item) => (Self::orphan_entry(key, item), Self::owner_entry(key, item)),
+            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
             None => (None, None),
         };
         let out = f(&mut slot);
         let (orphan_after, owner_after) = match &slot {
-            Some(item) => (Self::orphan_entry(key, item), Self::owner_entry(key, item)),
+            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
             None => (None, None),
         };
         if orphan_before != orphan_after {
@@ -97,7 +100,8 @@ struct SessionState {
 impl MemoryStore {
     pub fn new(config: TableConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, clock, items: Arc::default(), sessions: Arc::default() })
+        let table = Table { shards: config.orphan_shards, ..Table::default() };
+        Ok(Self { config, clock, items: Arc::new(Mutex::new(table)), sessions: Arc::default() })
     }
 
     /// Another handle on the same items, seeing time through `clock` (a worker with its own clock).
@@ -301,20 +305,35 @@ impl LeaseStore for MemoryStore {
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
         let table = self.items.lock().expect("memory store poisoned");
         let page_size = page_size.max(1);
-        // The index holds every STARTED item by (expiry, key); the orphans are those expired
-        // before the cutoff (`is_orphan` applies the skew to "now"; here it is already a cutoff).
-        let to = (cutoff_ms, String::new());
-        let from = match after {
-            Some(c) if (c.expires_at_ms, c.key.as_str()) >= (cutoff_ms, "") => return Ok(OrphanPage::default()),
-            Some(c) => Bound::Excluded((c.expires_at_ms, c.key)),
-            None => Bound::Unbounded,
-        };
-        let mut found =
-            table.orphans.range((from, Bound::Excluded(to))).filter(|(_, k)| k.starts_with(&self.config.key_prefix));
-        let page: Vec<&(u64, String)> = found.by_ref().take(page_size).collect();
-        let more = found.next().is_some();
-        let next = page.last().filter(|_| more).map(|(exp, k)| OrphanCursor { key: k.clone(), expires_at_ms: *exp });
-        let items = page.into_iter().filter_map(|(_, k)| table.get(k).cloned()).collect();
+        // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
+        // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
+        // already a cutoff). Shards are read in order, from the cursor's.
+        let shards = table.shards.max(1);
+        let first = after.as_ref().map_or(0, |c| c.shard.min(shards - 1));
+        let mut found = (first..shards).flat_map(|shard| {
+            let end = (shard, cutoff_ms, String::new());
+            let to = Bound::Excluded(end.clone());
+            let from = match &after {
+                Some(c) if shard == first => {
+                    if (c.expires_at_ms, c.key.as_str()) >= (cutoff_ms, "") {
+                        // Past the cutoff: nothing more in this shard.
+                        return table.orphans.range((Bound::Included(end), to));
+                    }
+                    Bound::Excluded((shard, c.expires_at_ms, c.key.clone()))
+                }
+                _ => Bound::Included((shard, 0, String::new())),
+            };
+            table.orphans.range((from, to))
+        });
+        let mut own = found.by_ref().filter(|(_, _, k)| k.starts_with(&self.config.key_prefix));
+        let page: Vec<&(u32, u64, String)> = own.by_ref().take(page_size).collect();
+        let more = own.next().is_some();
+        let next = page.last().filter(|_| more).map(|(shard, exp, k)| OrphanCursor {
+            key: k.clone(),
+            expires_at_ms: *exp,
+            shard: *shard,
+        });
+        let items = page.into_iter().filter_map(|(_, _, k)| table.get(k).cloned()).collect();
         Ok(OrphanPage { items, next })
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, Op, Settings};
 use crate::engine::decide::CancelReason;
-use crate::{Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
+use crate::{orphan_shard_of, Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
 
 /// Runs a memory-store future to its end: the memory store never waits on anything.
 pub fn block_on<T>(future: impl Future<Output = T>) -> T {
@@ -374,7 +374,10 @@ impl Sim {
     fn bill(&mut self, worker: usize, request: &Op, answer: &Answer, owner_before: Option<&str>) {
         let now = self.clock.now_ms();
         let config = self.store.config();
-        let (started, sessions) = (config.started_partition.clone(), config.session_partition.clone());
+        let sessions = config.session_partition.clone();
+        let started = |id: &str| config.started_value(id);
+        let shards = config.orphan_shards.max(1);
+        let partitions = config.started_partitions();
         let me = self.nodes[worker].engine.settings().worker_id.clone();
         let p = &mut self.partitions;
         let ok = !matches!(answer, Answer::Failed(_));
@@ -388,7 +391,7 @@ impl Sim {
                 }
                 p.add(TABLE, id, tx, now);
                 // The expiry (the index's sort key) moves: a delete and a put.
-                p.add(ORPHAN_INDEX, &started, 2.0 * tx, now);
+                p.add(ORPHAN_INDEX, &started(id), 2.0 * tx, now);
                 p.add(OWNER_INDEX, &me, tx, now);
                 if let Some(previous) = owner_before.filter(|_| session.is_some()) {
                     // The condition check reads the previous owner's session item (a
@@ -399,19 +402,19 @@ impl Sim {
             Op::Renew { id, .. } => {
                 p.add(TABLE, id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
                 }
             }
             Op::Release { id } => {
                 p.add(TABLE, id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
                 }
             }
             Op::ReleaseLease { lease } => {
                 p.add(TABLE, &lease.id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(&lease.id), 2.0, now);
                 }
             }
             Op::CreateSession { .. } | Op::RenewSession { .. } | Op::EndSession { .. } => {
@@ -427,11 +430,23 @@ impl Sim {
                 }
             }
             Op::OrphansPage { .. } => {
-                let n = match answer {
-                    Answer::Orphans { items, .. } => items.len(),
-                    _ => 0,
+                // One Query per shard read: shard after shard until the page is full (then
+                // up to the shard of its last item), every shard when it is not.
+                let (items, full) = match answer {
+                    Answer::Orphans { items, full } => (&items[..], *full),
+                    _ => (&[][..], false),
                 };
-                p.add(ORPHAN_INDEX_READS, &started, read_units(n), now);
+                let mut found = vec![0usize; shards as usize];
+                for item in items {
+                    found[orphan_shard_of(&item.id, shards) as usize] += 1;
+                }
+                let read = match items.last() {
+                    Some(last) if full => orphan_shard_of(&last.id, shards) as usize + 1,
+                    _ => shards as usize,
+                };
+                for (partition, n) in partitions.iter().zip(found).take(read) {
+                    p.add(ORPHAN_INDEX_READS, partition, read_units(n), now);
+                }
             }
             Op::Sessions => {
                 let n = match answer {
