@@ -10,7 +10,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 pkg=bindings/wasm
 target=wasm32-unknown-unknown
-out="target/$target/release/leaselock_wasm.wasm"
+out="${CARGO_TARGET_DIR:-target}/$target/release/leaselock_wasm.wasm"
 
 # The CLI must be the exact version of the wasm-bindgen crate the build links (Cargo.lock).
 want="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"

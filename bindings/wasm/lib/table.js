@@ -18,7 +18,8 @@ class LeaseTable {
   /**
    * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
    *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("item", the
-   *   default, or "session": one session item per worker renewed for everything it holds).
+   *   default, or "session": one session item per worker renewed for everything it holds),
+   *   `orphanShards` (1 to 256, default 1: running work over `STARTED#0..N-1`).
    */
   constructor(options) {
     const { client, ...rest } = options ?? {};
@@ -48,6 +49,11 @@ class LeaseTable {
   /** "item" or "session". */
   get mode() {
     return this.#rules.mode;
+  }
+
+  /** How many orphan-index partition values running work is spread over (1: unsharded). */
+  get orphanShards() {
+    return this.#rules.orphanShards;
   }
 
   /** The decisions that depend on this table's settings (the worker and the keeper use them). */
