@@ -203,6 +203,23 @@ impl TableConfig {
         }
     }
 
+    /// The shard an orphan listing at `cutoff_ms` reads first; it then goes round all of them
+    /// (`first`, `first + 1`, ... modulo N). Picked from the cutoff, so workers polling at
+    /// different moments start at different shards and a round of claims spreads over the
+    /// shards instead of taking one shard's work at once (whose renewals would then share one
+    /// partition's second, every renew interval). Every page of one listing passes the same
+    /// cutoff, so it is the same for all of them. 0 without sharding.
+    pub fn first_orphan_shard(&self, cutoff_ms: u64) -> u32 {
+        if self.orphan_shards <= 1 {
+            return 0;
+        }
+        let mut z = cutoff_ms.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % u64::from(self.orphan_shards)) as u32
+    }
+
     /// Every orphan-index partition value of running work, shard 0 first.
     pub fn started_partitions(&self) -> Vec<String> {
         if self.orphan_shards <= 1 {

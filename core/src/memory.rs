@@ -307,10 +307,13 @@ impl LeaseStore for MemoryStore {
         let page_size = page_size.max(1);
         // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
         // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
-        // already a cutoff). Shards are read in order, from the cursor's.
+        // already a cutoff). Shards are read in turn: from the one the cutoff picks, round all
+        // of them; a cursor goes on in its shard.
         let shards = table.shards.max(1);
-        let first = after.as_ref().map_or(0, |c| c.shard.min(shards - 1));
-        let mut found = (first..shards).flat_map(|shard| {
+        let start = self.config.first_orphan_shard(cutoff_ms);
+        let first = after.as_ref().map_or(start, |c| c.shard.min(shards - 1));
+        let left = shards - (first + shards - start) % shards;
+        let mut found = (0..left).map(|i| (first + i) % shards).flat_map(|shard| {
             let end = (shard, cutoff_ms, String::new());
             let to = Bound::Excluded(end.clone());
             let from = match &after {

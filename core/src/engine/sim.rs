@@ -429,9 +429,10 @@ impl Sim {
                     p.add(ORPHAN_INDEX, &sessions, 1.0, now);
                 }
             }
-            Op::OrphansPage { .. } => {
-                // One Query per shard read: shard after shard until the page is full (then
-                // up to the shard of its last item), every shard when it is not.
+            Op::OrphansPage { cutoff_ms, .. } => {
+                // One Query per shard read: shard after shard (from the one the cutoff picks)
+                // until the page is full (then up to the shard of its last item), every shard
+                // when it is not.
                 let (items, full) = match answer {
                     Answer::Orphans { items, full } => (&items[..], *full),
                     _ => (&[][..], false),
@@ -440,12 +441,13 @@ impl Sim {
                 for item in items {
                     found[orphan_shard_of(&item.id, shards) as usize] += 1;
                 }
+                let first = config.first_orphan_shard(*cutoff_ms);
                 let read = match items.last() {
-                    Some(last) if full => orphan_shard_of(&last.id, shards) as usize + 1,
-                    _ => shards as usize,
+                    Some(last) if full => (orphan_shard_of(&last.id, shards) + shards - first) % shards + 1,
+                    _ => shards,
                 };
-                for (partition, n) in partitions.iter().zip(found).take(read) {
-                    p.add(ORPHAN_INDEX_READS, partition, read_units(n), now);
+                for k in (0..read).map(|i| ((first + i) % shards) as usize) {
+                    p.add(ORPHAN_INDEX_READS, &partitions[k], read_units(found[k]), now);
                 }
             }
             Op::Sessions => {

@@ -160,17 +160,18 @@ impl Operation for BatchDesiredStates {
 }
 
 /// `orphans_page`: STARTED items whose expiry is below `cutoff_ms`, oldest first (a Query on the
-/// orphan index). With [`TableConfig::orphan_shards`] N > 1 the page reads the shards in order
-/// (`STARTED#0` first, or the cursor's shard), oldest first within each, one Query after another
-/// until the page is full: a page may hold items of several shards, and the cursor says in
-/// which shard to go on.
+/// orphan index). With [`TableConfig::orphan_shards`] N > 1 the page reads the shards in turn,
+/// from [`TableConfig::first_orphan_shard`] of the cutoff round all N (or from the cursor's
+/// shard), oldest first within each, one Query after another until the page is full: a page may
+/// hold items of several shards, and the cursor says in which shard to go on.
 #[derive(Debug, Clone)]
 pub struct OrphansPage {
     config: TableConfig,
     cutoff_ms: u64,
     page_size: usize,
-    /// The shard the pending Query reads.
+    /// The shard the pending Query reads, and how many were read before it in this listing.
     shard: u32,
+    done_before: u32,
     items: Vec<LeaseItem>,
     reads: Reads,
 }
@@ -178,13 +179,17 @@ pub struct OrphansPage {
 impl OrphansPage {
     pub fn new(config: &TableConfig, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Self {
         let page_size = page_size.clamp(1, i32::MAX as usize);
-        let shard = after.as_ref().map_or(0, |c| c.shard.min(config.orphan_shards.max(1) - 1));
+        let shards = config.orphan_shards.max(1);
+        let first = config.first_orphan_shard(cutoff_ms);
+        let shard = after.as_ref().map_or(first, |c| c.shard.min(shards - 1));
+        let done_before = (shard + shards - first) % shards;
         let query = Self::query(config, cutoff_ms, shard, page_size, after);
         Self {
             config: config.clone(),
             cutoff_ms,
             page_size,
             shard,
+            done_before,
             items: Vec::new(),
             reads: Reads::new(config, query),
         }
@@ -236,13 +241,14 @@ impl Operation for OrphansPage {
             })
         });
         self.items.extend(own_items(&self.config, out.items.unwrap_or_default()));
-        let more_shards = self.shard + 1 < self.config.orphan_shards;
+        let more_shards = self.done_before + 1 < self.config.orphan_shards;
         if next.is_some() || !more_shards {
             return Step::Done(OrphanPage { items: std::mem::take(&mut self.items), next });
         }
         // This shard is read to its end.
         if self.items.len() < self.page_size {
-            self.shard += 1;
+            self.shard = (self.shard + 1) % self.config.orphan_shards;
+            self.done_before += 1;
             let query = Self::query(&self.config, self.cutoff_ms, self.shard, self.page_size - self.items.len(), None);
             return self.reads.then(&input, query);
         }

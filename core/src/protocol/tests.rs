@@ -1141,7 +1141,10 @@ fn sharded_orphan_index_writes_the_shard_and_reads_every_shard() {
     item.insert("desired_state".into(), s(&value));
     assert_eq!(super::value::item_from_attrs(&c, &item).desired_state, Some(DesiredState::Started));
 
-    // A page reads shard 0, then (not full, no cursor from DynamoDB) shard 1, ... until full.
+    // A page reads the shard the cutoff picks, then (not full, no cursor from DynamoDB) the
+    // next one, ... until full, round all of them.
+    let first = c.first_orphan_shard(NOW);
+    let nth = |i: u32| format!("STARTED#{}", (first + i) % 4);
     let query_of = |step: Step<crate::OrphanPage>| match sent(step) {
         (Request::Query(q), _) => q,
         other => panic!("a query, got {other:?}"),
@@ -1152,29 +1155,33 @@ fn sharded_orphan_index_writes_the_shard_and_reads_every_shard() {
     };
     let mut op = OrphansPage::new(&c, NOW, 3, None);
     let q = query_of(op.next(at(0)));
-    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s("STARTED#0"), Some(3)));
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(0)), Some(3)));
     let q = query_of(op.next(at(1).with(found(&["a"], None))));
-    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s("STARTED#1"), Some(2)));
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(1)), Some(2)));
     assert_eq!(q.exclusive_start_key, None);
     let q = query_of(op.next(at(2).with(found(&[], None))));
-    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s("STARTED#2"), Some(2)));
-    // Full inside shard 2: the cursor names the shard, and the next page resumes there.
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(2)), Some(2)));
+    // Full inside the third shard: the cursor names it, and the next page resumes there.
     let mut last = key(&c, "c");
     last.insert("lease_expires_at_ms".into(), n(1));
-    last.insert("desired_state".into(), s("STARTED#2"));
+    last.insert("desired_state".into(), s(nth(2)));
     let page = done(op.next(at(3).with(found(&["b", "c"], Some(last)))));
     assert_eq!(page.items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
     let cursor = page.next.expect("more may follow");
-    assert_eq!((cursor.key.as_str(), cursor.expires_at_ms, cursor.shard), ("c", 1, 2));
+    assert_eq!((cursor.key.as_str(), cursor.expires_at_ms, cursor.shard), ("c", 1, (first + 2) % 4));
     let mut op = OrphansPage::new(&c, NOW, 3, Some(cursor));
     let q = query_of(op.next(at(0)));
-    assert_eq!(q.expression_attribute_values[":started"], s("STARTED#2"));
-    assert_eq!(q.exclusive_start_key.as_ref().unwrap()["desired_state"], s("STARTED#2"));
+    assert_eq!(q.expression_attribute_values[":started"], s(nth(2)));
+    assert_eq!(q.exclusive_start_key.as_ref().unwrap()["desired_state"], s(nth(2)));
     let q = query_of(op.next(at(1).with(found(&[], None))));
-    assert_eq!(q.expression_attribute_values[":started"], s("STARTED#3"));
-    // The last shard read to its end: no cursor.
+    assert_eq!(q.expression_attribute_values[":started"], s(nth(3)));
+    // The last shard of the round read to its end: no cursor.
     let page = done(op.next(at(2).with(found(&["d"], None))));
     assert_eq!((page.items.len(), page.next), (1, None));
+
+    // Listings at other cutoffs start elsewhere (workers polling at different moments).
+    let starts: std::collections::BTreeSet<u32> = (0..64).map(|k| c.first_orphan_shard(NOW + k * 1_000)).collect();
+    assert_eq!(starts.len(), 4, "{starts:?}");
 
     // Unsharded: one query, as before.
     let mut op = OrphansPage::new(&cfg(), NOW, 3, None);
