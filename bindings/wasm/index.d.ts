@@ -38,6 +38,12 @@ export interface LeaseTableOptions {
    * "item" is the older spelling of "per-item", still accepted.
    */
   mode?: 'per-item' | 'item' | 'session';
+  /**
+   * Orphan-index partition values running work is spread over, 1 to 256 (default 1: the
+   * reference schema's single `STARTED`; N > 1 writes `STARTED#k`). Every writer of a table
+   * must use the same count.
+   */
+  orphanShards?: number;
 }
 
 /** A stored session item; `expiresAtMs` 0 once ended. */
@@ -84,6 +90,7 @@ export declare class LeaseTable {
   readonly renewMs: number;
   readonly clockSkewMs: number;
   readonly mode: 'per-item' | 'session';
+  readonly orphanShards: number;
   createTable(options?: Abortable): Promise<void>;
   start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
   stop(id: string, options?: Abortable): Promise<LeaseItem>;

@@ -305,6 +305,7 @@ impl<'a> Launch<'a> {
                 ("LEASELOCK_RENEW_MS", c.renew_ms().to_string()),
                 ("LEASELOCK_CLOCK_SKEW_MS", c.skew_ms().to_string()),
                 ("LEASELOCK_MODE", c.mode.as_str().to_string()),
+                ("LEASELOCK_ORPHAN_SHARDS", c.orphan_shards.to_string()),
                 ("LEASELOCK_WORKER_ID", name.to_string()),
                 ("LEASELOCK_QUEUE_URL", self.queue_url.to_string()),
                 ("LEASELOCK_METRICS_INTERVAL_MS", "5000".to_string()),

@@ -54,6 +54,11 @@ pub struct TableArgs {
     /// Lease mode: `per-item` (every held item renewed) or `session` (one heartbeat per worker).
     #[arg(long, env = "LEASELOCK_MODE", default_value = "per-item", global = true, value_parser = ["per-item", "session"])]
     pub mode: String,
+    /// Orphan-index partition values running work is spread over (`STARTED#0..N-1`; 1, the
+    /// default, is the reference schema's single `STARTED`). Every writer of the table must use
+    /// the same count.
+    #[arg(long, env = "LEASELOCK_ORPHAN_SHARDS", default_value_t = 1, global = true)]
+    pub orphan_shards: u32,
     /// Table the reference worker writes messages to (created by `table create`).
     #[arg(long, env = "LEASELOCK_MESSAGES_TABLE", default_value = "leaselock-messages", global = true)]
     pub messages_table: String,
@@ -69,6 +74,7 @@ impl TableArgs {
             .clock_skew(Duration::from_millis(self.skew_ms))
             .operation_budget(Duration::from_millis(self.operation_budget_ms))
             .mode(leaselock::LeaseMode::parse(&self.mode).unwrap_or_default())
+            .orphan_shards(self.orphan_shards)
             .validated()
     }
 }

@@ -86,6 +86,8 @@ fn bad_arguments(queue: &str) -> Vec<(Vec<String>, &'static str, &'static str)> 
         (s(&["--key-prefix", "app\u{1b}/", "ls"]), "key_prefix", chars),
         (s(&["--messages-table", "bad messages", "table", "create"]), "messages_table", "only a-z"),
         (s(&["--messages-table", "m", "table", "create"]), "messages_table", "3 to 255"),
+        (s(&["--orphan-shards", "0", "start", "s1", "--url", "wss://a.example/"]), "orphan_shards", "1 to 256"),
+        (s(&["--orphan-shards", "257", "stop", "s1"]), "orphan_shards", "1 to 256"),
     ]);
     cases
 }

@@ -5,7 +5,10 @@
 //! DynamoDB bills them), the store writes per connection-hour, and how long work waited for an
 //! owner. Prints one JSON object (`make bench` merges it into `bench/results/latest.json`).
 //!
-//!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed]
+//!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed] [shards,...]
+//!
+//! Per-item mode also runs with the orphan index sharded (`TableConfig::orphan_shards`) over
+//! each of the listed counts (default 64; an empty list runs none).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,8 +21,10 @@ use serde_json::{json, Value};
 const START: u64 = 1_700_000_000_000;
 
 struct Mode {
-    name: &'static str,
+    name: String,
     mode: LeaseMode,
+    /// Orphan-index partition values of running work (`TableConfig::orphan_shards`).
+    shards: u32,
     lease_ms: u64,
     renew_ms: u64,
     skew_ms: u64,
@@ -51,7 +56,8 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     let mut config = TableConfig::new("leaselock")
         .lease_duration(ms(m.lease_ms))
         .renew_interval(ms(m.renew_ms))
-        .clock_skew(ms(m.skew_ms));
+        .clock_skew(ms(m.skew_ms))
+        .orphan_shards(m.shards);
     config.mode = m.mode;
     let config = config.validated().expect("timing");
     let mut sim = Sim::new(config, START);
@@ -70,9 +76,14 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     for i in 0..workers {
         sim.spawn(settings(i, max), i as u64 + 1);
     }
-    let cold = until_all_held(&mut sim, &ids, 300_000);
-    phases.insert("cold_start".into(), json!({ "all_held_after_ms": cold, "peaks": peaks(&sim) }));
-    eprintln!("{}: cold start {:?} ms ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
+    let cold_limit_ms = 300_000;
+    let cold = until_all_held(&mut sim, &ids, cold_limit_ms);
+    let held = sim.held_once_count();
+    phases.insert(
+        "cold_start".into(),
+        json!({ "all_held_after_ms": cold, "limit_ms": cold_limit_ms, "held_at_end": held, "peaks": peaks(&sim) }),
+    );
+    eprintln!("{}: cold start {:?} ms, {held} held ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
 
     // Steady state: a minute after everything settled.
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
@@ -89,22 +100,29 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
         .sum();
     let per_hour = (after - before) / connections as f64 * (3_600_000.0 / steady_ms as f64);
     let orphan_peak = sim.partitions.peak.get(ORPHAN_INDEX).map_or(0.0, |p| p.0);
-    // Connections one orphan-index partition value carries at 1,000 write units per second.
-    let fit = if orphan_peak > 0.0 { (1_000.0 / orphan_peak * connections as f64) as u64 } else { u64::MAX };
+    // Connections one orphan-index partition value carries at 1,000 write units per second
+    // (the hottest shard's share of the work at its peak), and the table with all its shards.
+    let per_partition = connections as f64 / f64::from(m.shards);
+    let fit = if orphan_peak > 0.0 { (1_000.0 / orphan_peak * per_partition) as u64 } else { u64::MAX };
+    let table_fit = fit.saturating_mul(u64::from(m.shards));
     phases.insert(
         "steady".into(),
-        json!({ "writes_per_connection_hour": per_hour, "peaks": peaks(&sim), "connections_within_1000_wcu": fit }),
+        json!({
+            "writes_per_connection_hour": per_hour, "peaks": peaks(&sim),
+            "connections_within_1000_wcu": fit, "table_connections_within_1000_wcu": table_fit,
+        }),
     );
     eprintln!("{}: steady {per_hour:.1} writes/connection-hour ({:.1} s)", m.name, wall.elapsed().as_secs_f64());
 
     // A crash: worker 0 dies; its work must be held again elsewhere.
     sim.partitions.reset_peaks();
-    let victims: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+    let victims = sim.held_only_by(0);
     sim.crash(0);
-    let crash = until_all_held(&mut sim, &ids, 120_000);
+    let crash_limit_ms = 120_000;
+    let crash = until_all_held(&mut sim, &ids, crash_limit_ms);
     phases.insert(
         "crash".into(),
-        json!({ "connections": victims.len(), "all_held_after_ms": crash, "peaks": peaks(&sim) }),
+        json!({ "connections": victims.len(), "all_held_after_ms": crash, "limit_ms": crash_limit_ms, "peaks": peaks(&sim) }),
     );
     eprintln!("{}: crash of {} -> {:?} ms ({:.1} s)", m.name, victims.len(), crash, wall.elapsed().as_secs_f64());
 
@@ -113,13 +131,13 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
     let mut gaps = Vec::new();
     for k in 1..=deployed.min(workers - 1) {
-        let mine: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![k]).cloned().collect();
+        let mine = sim.held_only_by(k);
         sim.shutdown(k);
         let from = sim.clock.monotonic_ms();
         sim.run_while(from + 60_000, 50, |s| s.nodes[k].finished);
         let next = workers + k - 1;
         sim.spawn(settings(next, max), next as u64 + 1);
-        let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.running_on(id).len() == 1));
+        let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.runs_once(id)));
         gaps.push(if held { sim.clock.monotonic_ms() - from } else { u64::MAX });
     }
     gaps.sort();
@@ -135,7 +153,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     eprintln!("{}: deploy of {} ({:.1} s)", m.name, gaps.len(), wall.elapsed().as_secs_f64());
     let ops: BTreeMap<_, _> = sim.ops.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     json!({
-        "lease_ms": m.lease_ms, "renew_ms": m.renew_ms, "skew_ms": m.skew_ms,
+        "lease_ms": m.lease_ms, "renew_ms": m.renew_ms, "skew_ms": m.skew_ms, "orphan_shards": m.shards,
         "phases": phases, "store_operations": ops,
         "simulated_s": sim.clock.monotonic_ms() / 1_000, "run_s": wall.elapsed().as_secs_f64(),
         "wall_at_end_ms": sim.clock.now_ms(),
@@ -145,14 +163,32 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
 fn main() {
     let arg = |i: usize, default: usize| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (connections, workers, max, deployed) = (arg(1, 100_000), arg(2, 150), arg(3, 700), arg(4, 15));
-    let modes = [
-        Mode { name: "per-item", mode: LeaseMode::PerItem, lease_ms: 20_000, renew_ms: 5_000, skew_ms: 1_000 },
-        Mode { name: "session", mode: LeaseMode::Session, lease_ms: 20_000, renew_ms: 5_000, skew_ms: 1_000 },
-        Mode { name: "session-5s", mode: LeaseMode::Session, lease_ms: 5_000, renew_ms: 1_250, skew_ms: 250 },
-    ];
+    // Per-item mode again with the orphan index sharded over each of these counts.
+    let sharded: Vec<u32> = std::env::args()
+        .nth(5)
+        .unwrap_or_else(|| "64".into())
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("shard counts: a comma-separated list of numbers"))
+        .collect();
+    let mode = |name: String, mode, shards, (lease_ms, renew_ms, skew_ms)| Mode {
+        name,
+        mode,
+        shards,
+        lease_ms,
+        renew_ms,
+        skew_ms,
+    };
+    let defaults = (20_000, 5_000, 1_000);
+    let mut modes = vec![mode("per-item".into(), LeaseMode::PerItem, 1, defaults)];
+    for &n in &sharded {
+        modes.push(mode(format!("per-item, {n} shards"), LeaseMode::PerItem, n, defaults));
+    }
+    modes.push(mode("session".into(), LeaseMode::Session, 1, defaults));
+    modes.push(mode("session-5s".into(), LeaseMode::Session, 1, (5_000, 1_250, 250)));
     let mut results = serde_json::Map::new();
     for m in &modes {
-        results.insert(m.name.to_string(), run(m, connections, workers, max, deployed));
+        results.insert(m.name.clone(), run(m, connections, workers, max, deployed));
     }
     let out = json!({ "fleet_sim": {
         "connections": connections, "workers": workers, "max_connections": max, "modes": results,

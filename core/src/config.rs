@@ -101,9 +101,16 @@ pub struct TableConfig {
     pub clock_skew: Duration,
     /// How long a STOPPED item is kept before DynamoDB TTL may delete it (default 7 days).
     pub stopped_retention: Duration,
-    /// The orphan index's partition value for running work. Kept here, and only here, so the
-    /// index can later be sharded over several values without touching callers.
+    /// The orphan index's partition value for running work (the `desired_state` written by
+    /// `start`). Kept here, and only here, with [`TableConfig::orphan_shards`]: callers ask
+    /// [`TableConfig::started_value`] and [`TableConfig::started_partitions`].
     pub started_partition: String,
+    /// How many orphan-index partition values running work is spread over (default 1: every
+    /// STARTED item has `desired_state = STARTED`, the AWS post's schema). With N > 1 an item's
+    /// value is `STARTED#k`, k = [`orphan_shard_of`] its id, and orphan queries read all N, so
+    /// renewals (each moves the item's index sort key) share N partitions' write capacity
+    /// instead of one. Every writer of the table must use the same N.
+    pub orphan_shards: u32,
     /// The retry budget of an operation that holds no lease (start, stop, get, listings, table
     /// creation), so a store slow for a moment does not fail an operator's command (default 10 s).
     /// Lease operations keep theirs: the deadline, or one renew interval.
@@ -120,6 +127,29 @@ pub struct TableConfig {
     pub session_held_attribute: String,
     /// Session items only: the most connections the session's worker takes.
     pub session_capacity_attribute: String,
+}
+
+/// The most orphan-index partition values running work may be spread over: an orphan query
+/// reads every one of them (an empty query costs 0.5 read units), and 256 values carry about
+/// 250,000 connections renewing every 5 s at 1,000 write units per second each.
+pub const MAX_ORPHAN_SHARDS: u32 = 256;
+
+/// The orphan shard of work `id` among `shards`: the 64-bit FNV-1a hash of the id's UTF-8
+/// bytes (the id as given, without the key prefix), mixed by MurmurHash3's 64-bit finalizer
+/// (FNV-1a's low bits alone spread ids that differ in a digit badly), modulo `shards`. Stable
+/// across releases and languages, so any writer can compute it.
+pub fn orphan_shard_of(id: &str, shards: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h % u64::from(shards.max(1))) as u32
 }
 
 /// The default GSI name: `desired_state` partition, `lease_expires_at_ms` sort.
@@ -147,6 +177,7 @@ impl TableConfig {
             clock_skew: Duration::from_secs(1),
             stopped_retention: Duration::from_secs(7 * 24 * 3600),
             started_partition: crate::DesiredState::Started.as_str().into(),
+            orphan_shards: 1,
             operation_budget: Duration::from_secs(10),
             operation_attempt_timeout: Duration::from_secs(5),
             mode: LeaseMode::PerItem,
@@ -154,6 +185,61 @@ impl TableConfig {
             session_held_attribute: "held_connections".into(),
             session_capacity_attribute: "max_connections".into(),
         }
+    }
+
+    /// Spreads running work over `n` orphan-index partition values (see the field).
+    pub fn orphan_shards(mut self, n: u32) -> Self {
+        self.orphan_shards = n;
+        self
+    }
+
+    /// The `desired_state` value (orphan-index partition value) of running work `id`:
+    /// `STARTED`, or `STARTED#k` with sharding.
+    pub fn started_value(&self, id: &str) -> String {
+        if self.orphan_shards <= 1 {
+            self.started_partition.clone()
+        } else {
+            format!("{}#{}", self.started_partition, orphan_shard_of(id, self.orphan_shards))
+        }
+    }
+
+    /// The shard an orphan listing at `cutoff_ms` reads first; it then goes round all of them
+    /// (`first`, `first + 1`, ... modulo N). Picked from the cutoff, so workers polling at
+    /// different moments start at different shards and a round of claims spreads over the
+    /// shards instead of taking one shard's work at once (whose renewals would then share one
+    /// partition's second, every renew interval). Every page of one listing passes the same
+    /// cutoff, so it is the same for all of them. 0 without sharding.
+    pub fn first_orphan_shard(&self, cutoff_ms: u64) -> u32 {
+        if self.orphan_shards <= 1 {
+            return 0;
+        }
+        let mut z = cutoff_ms.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % u64::from(self.orphan_shards)) as u32
+    }
+
+    /// Every orphan-index partition value of running work, shard 0 first.
+    pub fn started_partitions(&self) -> Vec<String> {
+        if self.orphan_shards <= 1 {
+            vec![self.started_partition.clone()]
+        } else {
+            (0..self.orphan_shards).map(|k| format!("{}#{k}", self.started_partition)).collect()
+        }
+    }
+
+    /// Reads a stored `desired_state`: `STOPPED`, or running work under this table's started
+    /// value, sharded (`STARTED#k`) or not, whatever N it was written with.
+    pub fn parse_desired_state(&self, value: &str) -> Option<crate::DesiredState> {
+        let sharded = value
+            .strip_prefix(self.started_partition.as_str())
+            .and_then(|rest| rest.strip_prefix('#'))
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+        if value == self.started_partition || sharded {
+            return Some(crate::DesiredState::Started);
+        }
+        crate::DesiredState::parse(value)
     }
 
     pub fn index_name(mut self, name: impl Into<String>) -> Self {
@@ -268,9 +354,12 @@ impl TableConfig {
                 return invalid(field, format!("{} is already used by {other}", render::value(name)));
             }
         }
+        if !(1..=MAX_ORPHAN_SHARDS).contains(&self.orphan_shards) {
+            return invalid("orphan_shards", format!("{} must be 1 to {MAX_ORPHAN_SHARDS}", self.orphan_shards));
+        }
         if self.session_partition.is_empty()
             || self.session_partition == self.started_partition
-            || crate::DesiredState::parse(&self.session_partition).is_some()
+            || self.parse_desired_state(&self.session_partition).is_some()
         {
             return invalid("session_partition", "must be non-empty and not a desired state".into());
         }
@@ -507,6 +596,51 @@ pub fn validate_queue_url(url: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn orphan_shards_default_to_one_started_value_and_are_bounded() {
+        let c = TableConfig::default();
+        assert_eq!(
+            (c.orphan_shards, c.started_value("s1"), c.started_partitions()),
+            (1, "STARTED".into(), vec!["STARTED".into()])
+        );
+        let err = |n: u32| TableConfig::new("leases").orphan_shards(n).validate().unwrap_err().to_string();
+        assert!(err(0).contains("orphan_shards") && err(0).contains("1 to 256"), "{}", err(0));
+        assert!(err(MAX_ORPHAN_SHARDS + 1).contains("orphan_shards"));
+        TableConfig::new("leases").orphan_shards(MAX_ORPHAN_SHARDS).validate().unwrap();
+        let c = TableConfig::new("leases").orphan_shards(8);
+        let parts = c.started_partitions();
+        assert_eq!((parts.len(), parts[0].as_str(), parts[7].as_str()), (8, "STARTED#0", "STARTED#7"));
+        assert!(parts.contains(&c.started_value("s1")));
+        // Every form reads as STARTED, whatever the shard count it was written with.
+        for v in ["STARTED", "STARTED#0", "STARTED#63"] {
+            assert_eq!(c.parse_desired_state(v), Some(crate::DesiredState::Started), "{v}");
+            assert_eq!(TableConfig::default().parse_desired_state(v), Some(crate::DesiredState::Started), "{v}");
+        }
+        for v in ["STARTED#", "STARTED#x", "STARTEDX", "SESSION"] {
+            assert_eq!(c.parse_desired_state(v), None, "{v}");
+        }
+        assert_eq!(c.parse_desired_state("STOPPED"), Some(crate::DesiredState::Stopped));
+        let mut bad = TableConfig::new("leases");
+        bad.session_partition = "STARTED#3".into();
+        assert!(bad.validate().unwrap_err().to_string().contains("session_partition"));
+    }
+
+    #[test]
+    fn orphan_shards_spread_similar_ids_evenly() {
+        // Ids that differ in a digit (the usual naming) land evenly: within 20% of the mean.
+        for shards in [8u32, 64] {
+            let mut counts = vec![0u32; shards as usize];
+            for i in 0..64_000 {
+                counts[orphan_shard_of(&format!("c{i:06}"), shards) as usize] += 1;
+            }
+            let mean = 64_000 / shards;
+            assert!(counts.iter().all(|&n| n > mean * 8 / 10 && n < mean * 12 / 10), "{shards}: {counts:?}");
+        }
+        // Stable: these shards are what other writers compute (checked against an independent
+        // implementation of the documented hash); changing them moves every stored item.
+        assert_eq!(["s1", "c000000", "meeting-42"].map(|id| orphan_shard_of(id, 64)), [41, 12, 7]);
+    }
 
     #[test]
     fn defaults_are_the_reference_schema_and_valid() {

@@ -57,7 +57,7 @@ pub mod worker {
 #[cfg(not(target_arch = "wasm32"))]
 pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock, SkewedClock};
-pub use config::{Attributes, LeaseMode, TableConfig};
+pub use config::{orphan_shard_of, Attributes, LeaseMode, TableConfig, MAX_ORPHAN_SHARDS};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::LeaseTable;
 #[cfg(feature = "dynamodb")]

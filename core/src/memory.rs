@@ -2,10 +2,11 @@
 //! tests, simulations and the wasm build.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
-use crate::config::{validate_id, validate_url};
-use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, is_orphan, HELD_UNDER_SESSION_MS};
+use crate::config::{orphan_shard_of, validate_id, validate_url};
+use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, HELD_UNDER_SESSION_MS};
 use crate::store::{unique_ids, OrphanCursor, OrphanPage};
 use crate::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, TableConfig,
@@ -16,8 +17,74 @@ use crate::{
 pub struct MemoryStore {
     config: TableConfig,
     clock: Arc<dyn Clock>,
-    items: Arc<Mutex<BTreeMap<String, LeaseItem>>>,
+    items: Arc<Mutex<Table>>,
     sessions: Arc<Mutex<SessionState>>,
+}
+
+/// The items by stored key (listed in key order), and the two secondary indexes kept beside them as DynamoDB keeps its
+/// GSIs: every write goes through [`Table::update`], which takes the item's old entries out of
+/// the indexes and puts its new ones in, so a query reads only the entries it returns
+/// (O(log n + page)) instead of scanning the items.
+#[derive(Debug, Default)]
+struct Table {
+    items: HashMap<String, LeaseItem>,
+    /// The orphan index (sparse on `desired_state`): STARTED items by (orphan shard, expiry,
+    /// key), a missing expiry counted as 0; the shard is 0 unless the table is sharded.
+    orphans: BTreeSet<(u32, u64, String)>,
+    /// How many orphan shards (`TableConfig::orphan_shards`).
+    shards: u32,
+    /// The owner index (sparse on `lease_owner`): (owner, key).
+    owners: BTreeSet<(String, String)>,
+}
+
+impl Table {
+    fn get(&self, key: &str) -> Option<&LeaseItem> {
+        self.items.get(key)
+    }
+
+    fn orphan_entry(&self, key: &str, item: &LeaseItem) -> Option<(u32, u64, String)> {
+        (item.desired_state == Some(DesiredState::Started))
+            .then(|| (orphan_shard_of(&item.id, self.shards), item.expires_at_ms.unwrap_or(0), key.to_string()))
+    }
+
+    fn owner_entry(key: &str, item: &LeaseItem) -> Option<(String, String)> {
+        item.owner.as_ref().map(|owner| (owner.clone(), key.to_string()))
+    }
+
+    /// Runs `f` on the item at `key` (`None`: there is none; left `None`: there is none after),
+    /// keeping the indexes in step with what it leaves.
+    fn update<T>(&mut self, key: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> T) -> T {
+        let mut slot = self.items.remove(key);
+        let (orphan_before, owner_before) = match &slot {
+            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
+            None => (None, None),
+        };
+        let out = f(&mut slot);
+        let (orphan_after, owner_after) = match &slot {
+            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
+            None => (None, None),
+        };
+        if orphan_before != orphan_after {
+            if let Some(entry) = orphan_before {
+                self.orphans.remove(&entry);
+            }
+            if let Some(entry) = orphan_after {
+                self.orphans.insert(entry);
+            }
+        }
+        if owner_before != owner_after {
+            if let Some(entry) = owner_before {
+                self.owners.remove(&entry);
+            }
+            if let Some(entry) = owner_after {
+                self.owners.insert(entry);
+            }
+        }
+        if let Some(item) = slot {
+            self.items.insert(key.to_string(), item);
+        }
+        out
+    }
 }
 
 /// What session mode keeps beside the items: the session epoch each held connection records,
@@ -33,7 +100,8 @@ struct SessionState {
 impl MemoryStore {
     pub fn new(config: TableConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, clock, items: Arc::default(), sessions: Arc::default() })
+        let table = Table { shards: config.orphan_shards, ..Table::default() };
+        Ok(Self { config, clock, items: Arc::new(Mutex::new(table)), sessions: Arc::default() })
     }
 
     /// Another handle on the same items, seeing time through `clock` (a worker with its own clock).
@@ -43,13 +111,7 @@ impl MemoryStore {
 
     fn with_item<T>(&self, id: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> Result<T>) -> Result<T> {
         let key = self.config.key(id);
-        let mut items = self.items.lock().expect("memory store poisoned");
-        let mut slot = items.remove(&key);
-        let out = f(&mut slot);
-        if let Some(item) = slot {
-            items.insert(key, item);
-        }
-        out
+        self.items.lock().expect("memory store poisoned").update(&key, f)
     }
 
     /// A claim; `started_only` refuses ids without an item or a desired state (creating nothing).
@@ -90,16 +152,16 @@ impl MemoryStore {
     fn end_session_with(&self, session: &Session, load: Option<SessionLoad>) -> Result<()> {
         let key = self.config.key(&self.config.session_id(&session.owner));
         let mut items = self.items.lock().expect("memory store poisoned");
-        match items.get_mut(&key) {
+        items.update(&key, |slot| match slot {
             Some(item) if item.fence == session.epoch => {
                 item.expires_at_ms = Some(0);
                 if let Some(load) = load {
-                    self.sessions.lock().expect("memory store poisoned").loads.insert(key, load);
+                    self.sessions.lock().expect("memory store poisoned").loads.insert(key.clone(), load);
                 }
                 Ok(())
             }
             _ => Err(self.session_lost(&session.owner)),
-        }
+        })
     }
 
     fn renew_session_with(&self, session: &mut Session, load: Option<SessionLoad>) -> Result<()> {
@@ -110,7 +172,7 @@ impl MemoryStore {
         }
         let key = self.config.key(&self.config.session_id(&session.owner));
         let mut items = self.items.lock().expect("memory store poisoned");
-        match items.get_mut(&key) {
+        items.update(&key, |slot| match slot {
             Some(item) if item.fence == session.epoch && item.expires_at_ms != Some(0) => {
                 item.expires_at_ms = Some(expiry_for(now, &self.config));
                 if let Some(load) = load {
@@ -121,11 +183,11 @@ impl MemoryStore {
                 Ok(())
             }
             _ => Err(self.session_lost(&session.owner)),
-        }
+        })
     }
 
     /// The session item of `owner` and whether it is listed; `None` when there is none.
-    fn session_item(&self, items: &BTreeMap<String, LeaseItem>, owner: &str) -> Option<LeaseItem> {
+    fn session_item(&self, items: &Table, owner: &str) -> Option<LeaseItem> {
         items.get(&self.config.key(&self.config.session_id(owner))).cloned()
     }
 
@@ -241,46 +303,64 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
-        let items = self.items.lock().expect("memory store poisoned");
-        // `is_orphan` applies the skew to "now"; the cutoff here is already a cutoff.
-        let now_equiv = cutoff_ms + self.config.skew_ms();
-        let mut found: Vec<(u64, &String, &LeaseItem)> = items
-            .iter()
-            .filter(|(k, i)| is_orphan(i, now_equiv, &self.config) && k.starts_with(&self.config.key_prefix))
-            .map(|(k, i)| (i.expires_at_ms.unwrap_or(0), k, i))
-            .collect();
-        // Only the first pages need an order (a large table's orphans are many).
-        let order = |a: &(u64, &String, &LeaseItem), b: &(u64, &String, &LeaseItem)| (a.0, a.1).cmp(&(b.0, b.1));
-        if after.is_none() && found.len() > page_size.max(1) {
-            found.select_nth_unstable_by(page_size.max(1), order);
-            found[..=page_size.max(1)].sort_by(order);
-        } else {
-            found.sort_by(order);
-        }
-        let start = after.map_or(0, |c| {
-            found.partition_point(|(exp, k, _)| (*exp, k.as_str()) <= (c.expires_at_ms, c.key.as_str()))
+        let table = self.items.lock().expect("memory store poisoned");
+        let page_size = page_size.max(1);
+        // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
+        // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
+        // already a cutoff). Shards are read in turn: from the one the cutoff picks, round all
+        // of them; a cursor goes on in its shard.
+        let shards = table.shards.max(1);
+        let start = self.config.first_orphan_shard(cutoff_ms);
+        let first = after.as_ref().map_or(start, |c| c.shard.min(shards - 1));
+        let left = shards - (first + shards - start) % shards;
+        let mut found = (0..left).map(|i| (first + i) % shards).flat_map(|shard| {
+            let end = (shard, cutoff_ms, String::new());
+            let to = Bound::Excluded(end.clone());
+            let from = match &after {
+                Some(c) if shard == first => {
+                    if (c.expires_at_ms, c.key.as_str()) >= (cutoff_ms, "") {
+                        // Past the cutoff: nothing more in this shard.
+                        return table.orphans.range((Bound::Included(end), to));
+                    }
+                    Bound::Excluded((shard, c.expires_at_ms, c.key.clone()))
+                }
+                _ => Bound::Included((shard, 0, String::new())),
+            };
+            table.orphans.range((from, to))
         });
-        let page: Vec<_> = found[start..].iter().take(page_size.max(1)).collect();
-        let more = found.len() > start + page.len();
-        let next =
-            page.last().filter(|_| more).map(|(exp, k, _)| OrphanCursor { key: (*k).clone(), expires_at_ms: *exp });
-        let items = page.into_iter().map(|(_, _, i)| (*i).clone()).collect();
+        let mut own = found.by_ref().filter(|(_, _, k)| k.starts_with(&self.config.key_prefix));
+        let page: Vec<&(u32, u64, String)> = own.by_ref().take(page_size).collect();
+        let more = own.next().is_some();
+        let next = page.last().filter(|_| more).map(|(shard, exp, k)| OrphanCursor {
+            key: k.clone(),
+            expires_at_ms: *exp,
+            shard: *shard,
+        });
+        let items = page.into_iter().filter_map(|(_, _, k)| table.get(k).cloned()).collect();
         Ok(OrphanPage { items, next })
     }
 
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
         let now = self.clock.now_ms();
-        let items = self.items.lock().expect("memory store poisoned");
-        Ok(items
-            .iter()
-            .filter(|(k, i)| k.starts_with(&self.config.key_prefix) && i.holder_at(now) == Some(owner))
-            .map(|(_, i)| i.clone())
+        let table = self.items.lock().expect("memory store poisoned");
+        let from = (owner.to_string(), String::new());
+        Ok(table
+            .owners
+            .range(from..)
+            .take_while(|(o, _)| o == owner)
+            .filter(|(_, k)| k.starts_with(&self.config.key_prefix))
+            .filter_map(|(_, k)| table.get(k))
+            .filter(|i| i.holder_at(now) == Some(owner))
+            .cloned()
             .collect())
     }
 
     async fn items(&self) -> Result<Vec<LeaseItem>> {
-        let items = self.items.lock().expect("memory store poisoned");
-        Ok(items.iter().filter(|(k, _)| k.starts_with(&self.config.key_prefix)).map(|(_, i)| i.clone()).collect())
+        let table = self.items.lock().expect("memory store poisoned");
+        let mut found: Vec<(&String, &LeaseItem)> =
+            table.items.iter().filter(|(k, _)| k.starts_with(&self.config.key_prefix)).collect();
+        found.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        Ok(found.into_iter().map(|(_, i)| i.clone()).collect())
     }
 
     async fn create_session(&self, owner: &str, previous: Option<u64>) -> Result<Session> {
@@ -290,18 +370,21 @@ impl LeaseStore for MemoryStore {
         let id = self.config.session_id(owner);
         let key = self.config.key(&id);
         let mut items = self.items.lock().expect("memory store poisoned");
-        let item = items.entry(key.clone()).or_insert_with(|| LeaseItem { id, ..Default::default() });
-        // Rule 1 on the session, or our own epoch that we stopped acting for.
-        let alive = item.expires_at_ms.is_some_and(|exp| exp >= claim_cutoff(now, &self.config));
-        if alive && previous != Some(item.fence) {
-            return Err(Error::Held { owner: owner.to_string(), expires_at_ms: item.expires_at_ms.unwrap_or(0) });
-        }
-        item.fence += 1;
-        item.expires_at_ms = Some(expiry_for(now, &self.config));
+        let epoch = items.update(&key, |slot| {
+            let item = slot.get_or_insert_with(|| LeaseItem { id, ..Default::default() });
+            // Rule 1 on the session, or our own epoch that we stopped acting for.
+            let alive = item.expires_at_ms.is_some_and(|exp| exp >= claim_cutoff(now, &self.config));
+            if alive && previous != Some(item.fence) {
+                return Err(Error::Held { owner: owner.to_string(), expires_at_ms: item.expires_at_ms.unwrap_or(0) });
+            }
+            item.fence += 1;
+            item.expires_at_ms = Some(expiry_for(now, &self.config));
+            Ok(item.fence)
+        })?;
         self.sessions.lock().expect("memory store poisoned").listed.insert(key);
         Ok(Session {
             owner: owner.to_string(),
-            epoch: item.fence,
+            epoch,
             expires_at_ms: expiry_for(now, &self.config),
             deadline_mono_ms: deadline(sent, &self.config),
         })
@@ -367,12 +450,15 @@ impl LeaseStore for MemoryStore {
                 }
             }
         }
-        let item = items.get_mut(&key).expect("item read above");
-        item.owner = Some(session.owner.clone());
-        item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);
-        item.fence += 1;
+        let claimed = items.update(&key, |slot| {
+            let item = slot.as_mut().expect("item read above");
+            item.owner = Some(session.owner.clone());
+            item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);
+            item.fence += 1;
+            item.clone()
+        });
         state.epochs.insert(key, session.epoch);
-        let mut lease = Lease::from_item(item.clone(), &session.owner, 0, &self.config);
+        let mut lease = Lease::from_item(claimed, &session.owner, 0, &self.config);
         session.cover(&mut lease);
         Ok(lease)
     }
@@ -384,14 +470,14 @@ impl LeaseStore for MemoryStore {
             .listed
             .iter()
             .filter(|k| k.starts_with(&self.config.key_prefix))
-            .filter_map(|k| items.get(k))
-            .filter(|i| i.expires_at_ms.unwrap_or(0) < below_ms)
-            .filter_map(|i| {
+            .filter_map(|k| Some((k, items.get(k)?)))
+            .filter(|(_, i)| i.expires_at_ms.unwrap_or(0) < below_ms)
+            .filter_map(|(k, i)| {
                 Some(SessionItem {
                     owner: self.config.session_owner(&i.id)?.to_string(),
                     epoch: i.fence,
                     expires_at_ms: i.expires_at_ms.unwrap_or(0),
-                    load: state.loads.get(&self.config.key(&i.id)).copied(),
+                    load: state.loads.get(k).copied(),
                 })
             })
             .collect();

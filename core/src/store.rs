@@ -20,6 +20,9 @@ pub struct OrphanCursor {
     /// The stored key (with the prefix) of the last item returned.
     pub key: String,
     pub expires_at_ms: u64,
+    /// The orphan shard of that item (0 without sharding; see [`crate::TableConfig::orphan_shards`]).
+    #[serde(default)]
+    pub shard: u32,
 }
 
 /// One page of orphans, oldest expiry first.

@@ -17,6 +17,9 @@ pub const METRICS_NAMESPACE: &str = "LEASELOCK_METRICS_NAMESPACE";
 pub const OPERATION_BUDGET_MS: &str = "LEASELOCK_OPERATION_BUDGET_MS";
 /// `per-item` (default) or `session`.
 pub const MODE: &str = "LEASELOCK_MODE";
+/// How many orphan-index partition values running work is spread over (default 1; every
+/// writer of the table must use the same count).
+pub const ORPHAN_SHARDS: &str = "LEASELOCK_ORPHAN_SHARDS";
 
 pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 
@@ -29,6 +32,7 @@ const FIELD_VARS: &[(&str, &str)] = &[
     ("renew_interval", RENEW_MS),
     ("clock_skew", CLOCK_SKEW_MS),
     ("operation_budget", OPERATION_BUDGET_MS),
+    ("orphan_shards", ORPHAN_SHARDS),
 ];
 
 /// A variable that is missing or invalid.
@@ -94,6 +98,13 @@ impl Config {
             .renew_interval(millis(RENEW_MS, 5_000)?)
             .clock_skew(millis(CLOCK_SKEW_MS, 1_000)?)
             .operation_budget(millis(OPERATION_BUDGET_MS, 10_000)?)
+            .orphan_shards(match get(ORPHAN_SHARDS) {
+                None => 1,
+                Some(v) => v.parse::<u32>().map_err(|_| ConfigError::Invalid {
+                    var: ORPHAN_SHARDS,
+                    message: format!("{v:?} is not a whole number of shards"),
+                })?,
+            })
             .mode(match get(MODE) {
                 None => leaselock::LeaseMode::PerItem,
                 Some(v) => leaselock::LeaseMode::parse(&v).ok_or_else(|| ConfigError::Invalid {
@@ -189,5 +200,27 @@ mod tests {
 
         let message = format!("{:?}", with((LEASE_MS, "soon")));
         assert!(message.starts_with("LEASELOCK_LEASE_MS: \"soon\""), "{message}");
+    }
+}
+
+#[cfg(test)]
+mod orphan_shard_tests {
+    use super::*;
+
+    fn parse(extra: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut vars = vec![(TABLE, "leases"), (QUEUE_URL, "http://127.0.0.1:4566/000000000000/hints")];
+        vars.extend_from_slice(extra);
+        Config::from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn orphan_shards_default_to_one_and_are_read_and_bounded() {
+        assert_eq!(parse(&[]).unwrap().table.orphan_shards, 1);
+        let c = parse(&[(ORPHAN_SHARDS, "16")]).unwrap();
+        assert_eq!((c.table.orphan_shards, c.table.started_partitions().len()), (16, 16));
+        for bad in ["0", "257", "many", "-1"] {
+            let err = parse(&[(ORPHAN_SHARDS, bad)]).unwrap_err();
+            assert_eq!(err.var(), ORPHAN_SHARDS, "{bad}: {err}");
+        }
     }
 }

@@ -165,6 +165,45 @@ async fn reconciler_hints_exactly_the_expired_and_emits_metrics() {
     assert_eq!(store.items().await.unwrap(), before, "the reconciler never writes a lease");
 }
 
+/// With the orphan index sharded (`LEASELOCK_ORPHAN_SHARDS`), the reconciler finds the orphans of
+/// every shard and its counts add every shard; the router's START writes the item's shard value.
+#[tokio::test]
+async fn reconciler_and_router_follow_a_sharded_orphan_index() {
+    let Some(sdk) = services("reconciler_and_router_follow_a_sharded_orphan_index").await else { return };
+    let store = table(&sdk, TableConfig::new(unique_name("ll-shards")).orphan_shards(16)).await;
+    let hints = queue(&sdk).await;
+    let orphans = seed_fleet(&store, 300, 120, 10).await;
+    let shards: BTreeSet<u32> = orphans.iter().map(|id| leaselock::orphan_shard_of(id, 16)).collect();
+    assert_eq!(shards.len(), 16, "the orphans cover every shard");
+
+    let metrics = EmfWriter::new("leaselock-test", "reconciler", Vec::new());
+    let event = LambdaEvent::new(sample("schedule.json"), Context::default());
+    let report = reconciler::handle(event, &store, &hints, &metrics).await.unwrap();
+    assert_eq!(
+        (report["orphans"].as_u64(), report["started"].as_u64(), report["owned"].as_u64(), report["stopped"].as_u64()),
+        (Some(120), Some(300), Some(180), Some(10))
+    );
+    let received = receive_hints(&hints, 120, Duration::from_secs(60)).await;
+    let hinted: BTreeSet<String> = received.into_iter().map(|h| h.connection_id).collect();
+    assert_eq!(hinted, orphans);
+
+    // START through the router: the stored value is the id's shard.
+    let start = serde_json::json!({"action": "START", "connection_id": "late-1", "url": "wss://feed.example/late-1"});
+    leaselock_lambdas::router::handle(LambdaEvent::new(start, Context::default()), &store, &hints).await.unwrap();
+    let raw = store
+        .client()
+        .get_item()
+        .table_name(&store.config().table_name)
+        .key(&store.config().attributes.id, aws_sdk_dynamodb::types::AttributeValue::S(store.config().key("late-1")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let state = raw.item().unwrap()["desired_state"].as_s().unwrap().clone();
+    assert_eq!(state, format!("STARTED#{}", leaselock::orphan_shard_of("late-1", 16)));
+    assert_eq!(store.get("late-1").await.unwrap().unwrap().desired_state, Some(DesiredState::Started));
+}
+
 /// 10,000 orphans, every hint delivered to a fleet that drains the queue meanwhile, with the
 /// Lambda's default 16 batches in flight. `lambdas/bench.sh` times the same run and records it.
 #[tokio::test]

@@ -128,7 +128,7 @@ fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
 impl PyLeaseTable {
     #[new]
     #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
-        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("item")))]
+        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("item"), orphan_shards=Arg::Int(1)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -142,6 +142,7 @@ impl PyLeaseTable {
         index_name: Arg,
         attributes: Arg,
         mode: Arg,
+        orphan_shards: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let mode = mode.text(py, "mode")?;
@@ -159,6 +160,7 @@ impl PyLeaseTable {
                 .renew_interval(renew_ms.ms(py, "renew_ms")?)
                 .clock_skew(clock_skew_ms.ms(py, "clock_skew_ms")?)
                 .key_prefix(key_prefix.text(py, "key_prefix")?)
+                .orphan_shards(orphan_shards.count(py, "orphan_shards")?)
                 .attributes(attributes_arg(py, attributes.text_map(py, "attributes")?)?);
             if let Some(index) = index_name.opt_text(py, "index_name")? {
                 config = config.index_name(index);
@@ -196,6 +198,10 @@ impl PyLeaseTable {
     #[getter]
     fn key_prefix(&self) -> String {
         self.table.config().key_prefix.clone()
+    }
+    #[getter]
+    fn orphan_shards(&self) -> u32 {
+        self.table.config().orphan_shards
     }
     /// `"item"` or `"session"`.
     #[getter]

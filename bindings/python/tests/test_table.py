@@ -201,3 +201,24 @@ def test_bad_settings_name_the_argument(table) -> None:
     assert _field(lambda: new(attributes={"fence": "lease_owner"})) == "attributes.fence"
     assert _field(lambda: leaselock.Worker(table, max_connections=0)) == "max_connections"
     assert _field(lambda: leaselock.Worker(table, worker_id="")) == "worker_id"
+
+
+def test_sharded_orphan_index_lists_every_shard_and_refuses_bad_counts(dynamodb) -> None:
+    name = unique("py-shards")
+    t = leaselock.LeaseTable(name, lease_ms=LEASE_MS, renew_ms=1_000, clock_skew_ms=SKEW_MS, orphan_shards=8)
+    assert t.orphan_shards == 8
+    t.create_table()
+    ids = [f"s{n:02}" for n in range(40)]
+    for id in ids:
+        t.start(id, f"wss://feed.example/{id}")
+    values = {raw_item(dynamodb, name, id)["desired_state"]["S"] for id in ids}
+    assert values == {f"STARTED#{k}" for k in range(8)}, values
+    assert all(t.get(id).desired_state == "STARTED" for id in ids[:3])
+    t.acquire(ids[0], "busy")
+    assert sorted(o.id for o in t.orphans()) == ids[1:]
+    assert len(t.orphans(limit=5)) == 5
+    # An unsharded view of the same table reads `STARTED` alone: none of them.
+    assert leaselock.LeaseTable(name, lease_ms=LEASE_MS, renew_ms=1_000, clock_skew_ms=SKEW_MS).orphans() == []
+    assert leaselock.LeaseTable(name).orphan_shards == 1
+    for bad in (0, 257):
+        assert _field(lambda: leaselock.LeaseTable(name, orphan_shards=bad)) == "orphan_shards"

@@ -19,7 +19,8 @@ class LeaseTable {
    * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
    *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("per-item",
    *   the default, or "session": one session item per worker renewed for everything it holds;
-   *   "item" is the older spelling of "per-item", still accepted).
+   *   "item" is the older spelling of "per-item", still accepted),
+   *   `orphanShards` (1 to 256, default 1: running work over `STARTED#0..N-1`).
    */
   constructor(options) {
     const { client, ...rest } = options ?? {};
@@ -49,6 +50,11 @@ class LeaseTable {
   /** "per-item" or "session" (the CLI's names). */
   get mode() {
     return this.#rules.mode;
+  }
+
+  /** How many orphan-index partition values running work is spread over (1: unsharded). */
+  get orphanShards() {
+    return this.#rules.orphanShards;
   }
 
   /** The decisions that depend on this table's settings (the worker and the keeper use them). */

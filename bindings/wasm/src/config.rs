@@ -24,6 +24,7 @@ const OPTIONS: &[&str] = &[
     "operationAttemptTimeoutMs",
     "attributeNames",
     "mode",
+    "orphanShards",
 ];
 
 /// `attributeNames`' keys: any subset; the rest keep the reference schema's names.
@@ -67,6 +68,18 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
     }
     if let Some(ms) = millis(&options, "operationAttemptTimeoutMs")? {
         config = config.operation_attempt_timeout(ms);
+    }
+    match options.get("orphanShards") {
+        None | Some(Value::Null) => {}
+        Some(v) => {
+            let n = v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                invalid(
+                    "orphanShards",
+                    format!("{} is not a whole number of shards", leaselock::render::value(&v.to_string())),
+                )
+            })?;
+            config = config.orphan_shards(n);
+        }
     }
     if let Some(names) = options.get("attributeNames").filter(|v| !v.is_null()) {
         let names = object("attributeNames", names.clone())?;
@@ -153,6 +166,7 @@ pub fn js_field(rust: &str) -> String {
         ("term", "termMs"),
         ("candidate_ttl", "candidateTtlMs"),
         ("queue_url", "queueUrl"),
+        ("orphan_shards", "orphanShards"),
     ];
     if let Some((_, js)) = known.iter().find(|(r, _)| *r == rust) {
         return js.to_string();
@@ -211,5 +225,18 @@ mod tests {
         let bad_attr = r#"{"tableName":"leases","attributeNames":{"fence":7}}"#;
         assert!(table_config(bad_attr).unwrap_err().to_string().contains("attributeNames.fence"));
         assert!(table_config(r#"{"leaseMs":1}"#).unwrap_err().to_string().contains("tableName"));
+    }
+
+    #[test]
+    fn orphan_shards_option() {
+        assert_eq!(table_config(r#"{"tableName":"leases"}"#).unwrap().orphan_shards, 1);
+        assert_eq!(table_config(r#"{"tableName":"leases","orphanShards":64}"#).unwrap().orphan_shards, 64);
+        for bad in ["0", "257", "1.5", "\"8\"", "-1", "4294967296"] {
+            let err = table_config(&format!(r#"{{"tableName":"leases","orphanShards":{bad}}}"#)).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidInput { field, .. } if js_field(field) == "orphanShards"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

@@ -94,6 +94,12 @@ fn optional(v: f64) -> Option<u64> {
 
 #[wasm_bindgen]
 impl Table {
+    /// How many orphan-index partition values running work is spread over (1: unsharded).
+    #[wasm_bindgen(getter, js_name = orphanShards)]
+    pub fn orphan_shards(&self) -> u32 {
+        self.config.orphan_shards
+    }
+
     /// `"per-item"` or `"session"` (the CLI's names).
     #[wasm_bindgen(getter)]
     pub fn mode(&self) -> String {

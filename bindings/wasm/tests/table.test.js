@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { performance } = require('node:perf_hooks');
-const { LeaseHeldError, LeaseLostError, LeaseNotFoundError, SeqNotIncreasingError, InvalidInputError } = require('..');
+const { LeaseTable, LeaseHeldError, LeaseLostError, LeaseNotFoundError, SeqNotIncreasingError, InvalidInputError } = require('..');
 const { freshTable, rawItem, putRaw, eventually } = require('./helpers');
 
 // Leases short enough for a takeover within a test, long enough for the engine's pace.
@@ -86,6 +86,25 @@ test('checkpoints only move forward', async () => {
   assert.equal((await table.get('c')).lastSeq, 6);
   assert.equal(lease.lastSeq, 6);
   await assert.rejects(lease.checkpoint(-1), (e) => e instanceof InvalidInputError && e.field === 'seq');
+});
+
+test('a sharded orphan index: STARTED#k written, orphans listed from every shard, bad counts refused', async () => {
+  const table = await freshTable({ orphanShards: 8 });
+  assert.equal(table.orphanShards, 8);
+  const ids = Array.from({ length: 40 }, (_, i) => `s${String(i).padStart(2, '0')}`);
+  await Promise.all(ids.map((id) => table.start(id, `ws://127.0.0.1:9/${id}`)));
+  const values = new Set();
+  for (const id of ids) values.add((await rawItem(table, id)).desired_state.S);
+  assert.deepEqual([...values].sort(), Array.from({ length: 8 }, (_, k) => `STARTED#${k}`).sort());
+  assert.equal((await table.get(ids[0])).desiredState, 'STARTED');
+  await table.acquireStarted(ids[0], { owner: 'w' });
+  const left = await table.orphans({ pageSize: 3 });
+  assert.deepEqual(left.map((i) => i.id).sort(), ids.slice(1));
+  assert.equal((await table.orphans({ limit: 5, pageSize: 2 })).length, 5);
+  for (const bad of [0, 257, 1.5]) {
+    assert.throws(() => new LeaseTable({ client: table.client, tableName: 'leases', orphanShards: bad }),
+      (e) => e instanceof InvalidInputError && e.field === 'orphanShards', `${bad}`);
+  }
 });
 
 test('orphans over 260 items, across pages, oldest first; claimed ones leave the list', async () => {

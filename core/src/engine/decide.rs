@@ -2,7 +2,7 @@
 //! claim, when to poll again, what a renewal result means, when to give up on a lease. The
 //! engine ([`super::Engine`]) is made of these; the Node driver still calls some directly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::lease::{backoff_ms, claim_cutoff, is_orphan};
@@ -675,7 +675,7 @@ impl Balancer {
     ) -> (Vec<PeerSession>, Vec<SessionItem>) {
         let mut peers = Vec::new();
         let mut dead = Vec::new();
-        let mut live = Vec::new();
+        let mut live = HashSet::new();
         for s in sessions {
             if s.is_dead(now_ms, config) {
                 dead.push(s);
@@ -692,7 +692,7 @@ impl Balancer {
                 }
                 renewal.stalled = mono_ms.saturating_sub(renewal.since_mono_ms) > stalled_after_ms(config);
                 let load = if renewal.stalled { stalled_load(s.load) } else { s.load };
-                live.push(key);
+                live.insert(key);
                 peers.push(PeerSession { load, seen_for_ms: mono_ms.saturating_sub(first_seen) });
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, Op, Settings};
 use crate::engine::decide::CancelReason;
-use crate::{Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
+use crate::{orphan_shard_of, Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
 
 /// Runs a memory-store future to its end: the memory store never waits on anything.
 pub fn block_on<T>(future: impl Future<Output = T>) -> T {
@@ -125,6 +125,8 @@ pub struct Sim {
     receipts: u64,
     /// How many live workers run a handler for each id.
     holders: HashMap<String, u32>,
+    /// How many ids run on exactly one live worker (kept with `holders`).
+    held_once: usize,
     /// Every command emitted, in order.
     pub log: Vec<Emitted>,
     pub keep_log: bool,
@@ -154,6 +156,7 @@ impl Sim {
             hints_deferred: Vec::new(),
             receipts: 0,
             holders: HashMap::new(),
+            held_once: 0,
             log: Vec::new(),
             keep_log: true,
             ops: BTreeMap::new(),
@@ -293,7 +296,13 @@ impl Sim {
                 let stubborn = b.stubborn.contains(&lease.id);
                 let node = &mut self.nodes[worker];
                 if node.running.insert(lease.id.clone(), stubborn).is_none() {
-                    *self.holders.entry(lease.id.clone()).or_default() += 1;
+                    let n = self.holders.entry(lease.id.clone()).or_default();
+                    *n += 1;
+                    match *n {
+                        1 => self.held_once += 1,
+                        2 => self.held_once -= 1,
+                        _ => {}
+                    }
                 }
                 node.copies.insert(lease.id.clone(), lease);
             }
@@ -365,7 +374,10 @@ impl Sim {
     fn bill(&mut self, worker: usize, request: &Op, answer: &Answer, owner_before: Option<&str>) {
         let now = self.clock.now_ms();
         let config = self.store.config();
-        let (started, sessions) = (config.started_partition.clone(), config.session_partition.clone());
+        let sessions = config.session_partition.clone();
+        let started = |id: &str| config.started_value(id);
+        let shards = config.orphan_shards.max(1);
+        let partitions = config.started_partitions();
         let me = self.nodes[worker].engine.settings().worker_id.clone();
         let p = &mut self.partitions;
         let ok = !matches!(answer, Answer::Failed(_));
@@ -379,7 +391,7 @@ impl Sim {
                 }
                 p.add(TABLE, id, tx, now);
                 // The expiry (the index's sort key) moves: a delete and a put.
-                p.add(ORPHAN_INDEX, &started, 2.0 * tx, now);
+                p.add(ORPHAN_INDEX, &started(id), 2.0 * tx, now);
                 p.add(OWNER_INDEX, &me, tx, now);
                 if let Some(previous) = owner_before.filter(|_| session.is_some()) {
                     // The condition check reads the previous owner's session item (a
@@ -390,19 +402,19 @@ impl Sim {
             Op::Renew { id, .. } => {
                 p.add(TABLE, id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
                 }
             }
             Op::Release { id } => {
                 p.add(TABLE, id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
                 }
             }
             Op::ReleaseLease { lease } => {
                 p.add(TABLE, &lease.id, 1.0, now);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started, 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(&lease.id), 2.0, now);
                 }
             }
             Op::CreateSession { .. } | Op::RenewSession { .. } | Op::EndSession { .. } => {
@@ -417,12 +429,26 @@ impl Sim {
                     p.add(ORPHAN_INDEX, &sessions, 1.0, now);
                 }
             }
-            Op::OrphansPage { .. } => {
-                let n = match answer {
-                    Answer::Orphans { items, .. } => items.len(),
-                    _ => 0,
+            Op::OrphansPage { cutoff_ms, .. } => {
+                // One Query per shard read: shard after shard (from the one the cutoff picks)
+                // until the page is full (then up to the shard of its last item), every shard
+                // when it is not.
+                let (items, full) = match answer {
+                    Answer::Orphans { items, full } => (&items[..], *full),
+                    _ => (&[][..], false),
                 };
-                p.add(ORPHAN_INDEX_READS, &started, read_units(n), now);
+                let mut found = vec![0usize; shards as usize];
+                for item in items {
+                    found[orphan_shard_of(&item.id, shards) as usize] += 1;
+                }
+                let first = config.first_orphan_shard(*cutoff_ms);
+                let read = match items.last() {
+                    Some(last) if full => (orphan_shard_of(&last.id, shards) + shards - first) % shards + 1,
+                    _ => shards,
+                };
+                for k in (0..read).map(|i| ((first + i) % shards) as usize) {
+                    p.add(ORPHAN_INDEX_READS, &partitions[k], read_units(found[k]), now);
+                }
             }
             Op::Sessions => {
                 let n = match answer {
@@ -533,16 +559,41 @@ impl Sim {
         self.hints.len() + self.hints_deferred.len()
     }
 
-    /// Whether every one of `ids` runs on exactly one live worker.
+    /// Whether every one of `ids` (distinct) runs on exactly one live worker.
     pub fn all_held_once(&self, ids: &[String]) -> bool {
-        ids.iter().all(|id| self.holders.get(id) == Some(&1))
+        // Fewer ids held once than asked for: no need to look at each (a large fleet asks
+        // this every step while it is still settling).
+        ids.len() <= self.held_once && ids.iter().all(|id| self.runs_once(id))
+    }
+
+    /// How many ids run on exactly one live worker now.
+    pub fn held_once_count(&self) -> usize {
+        self.held_once
+    }
+
+    /// Whether `id` runs on exactly one live worker.
+    pub fn runs_once(&self, id: &str) -> bool {
+        self.holders.get(id) == Some(&1)
+    }
+
+    /// The ids that run on `worker` and on no other live worker, sorted.
+    pub fn held_only_by(&self, worker: usize) -> Vec<String> {
+        let node = &self.nodes[worker];
+        let mut ids: Vec<String> = node.running.keys().filter(|id| node.alive && self.runs_once(id)).cloned().collect();
+        ids.sort();
+        ids
     }
 
     fn unhold(&mut self, id: &str) {
         if let Some(n) = self.holders.get_mut(id) {
             *n -= 1;
-            if *n == 0 {
-                self.holders.remove(id);
+            match *n {
+                0 => {
+                    self.held_once -= 1;
+                    self.holders.remove(id);
+                }
+                1 => self.held_once += 1,
+                _ => {}
             }
         }
     }

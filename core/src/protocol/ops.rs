@@ -116,7 +116,7 @@ impl Start {
             "SET #ds = :started, #url = :url, #exp = if_not_exists(#exp, :zero) REMOVE #ttl",
             None,
             &[("#ds", &a.desired_state), ("#url", &a.url), ("#exp", &a.expires_at_ms), ("#ttl", &a.ttl)],
-            vec![(":started", s(DesiredState::Started.as_str())), (":url", s(url)), (":zero", n(0))],
+            vec![(":started", s(config.started_value(id))), (":url", s(url)), (":zero", n(0))],
         );
         Ok(Self(Idempotent { config: config.clone(), request, budget: Budget::operation(config) }))
     }
@@ -218,7 +218,7 @@ impl Acquire {
             (":cutoff", n(self.cutoff)),
         ];
         values.push(if self.started_only {
-            (":started", s(DesiredState::Started.as_str()))
+            (":started", s(self.config.started_value(&self.id)))
         } else {
             (":stopped", s(DesiredState::Stopped.as_str()))
         });

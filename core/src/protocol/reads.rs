@@ -160,24 +160,52 @@ impl Operation for BatchDesiredStates {
 }
 
 /// `orphans_page`: STARTED items whose expiry is below `cutoff_ms`, oldest first (a Query on the
-/// orphan index).
+/// orphan index). With [`TableConfig::orphan_shards`] N > 1 the page reads the shards in turn,
+/// from [`TableConfig::first_orphan_shard`] of the cutoff round all N (or from the cursor's
+/// shard), oldest first within each, one Query after another until the page is full: a page may
+/// hold items of several shards, and the cursor says in which shard to go on.
 #[derive(Debug, Clone)]
 pub struct OrphansPage {
     config: TableConfig,
+    cutoff_ms: u64,
+    page_size: usize,
+    /// The shard the pending Query reads, and how many were read before it in this listing.
+    shard: u32,
+    done_before: u32,
+    items: Vec<LeaseItem>,
     reads: Reads,
 }
 
 impl OrphansPage {
     pub fn new(config: &TableConfig, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Self {
+        let page_size = page_size.clamp(1, i32::MAX as usize);
+        let shards = config.orphan_shards.max(1);
+        let first = config.first_orphan_shard(cutoff_ms);
+        let shard = after.as_ref().map_or(first, |c| c.shard.min(shards - 1));
+        let done_before = (shard + shards - first) % shards;
+        let query = Self::query(config, cutoff_ms, shard, page_size, after);
+        Self {
+            config: config.clone(),
+            cutoff_ms,
+            page_size,
+            shard,
+            done_before,
+            items: Vec::new(),
+            reads: Reads::new(config, query),
+        }
+    }
+
+    fn query(config: &TableConfig, cutoff_ms: u64, shard: u32, limit: usize, after: Option<OrphanCursor>) -> Request {
         let a = &config.attributes;
+        let partition = config.started_partitions().swap_remove(shard as usize);
         let start = after.map(|c| {
             Item::from([
                 (a.id.clone(), s(c.key)),
-                (a.desired_state.clone(), s(&config.started_partition)),
+                (a.desired_state.clone(), s(&partition)),
                 (a.expires_at_ms.clone(), n(c.expires_at_ms)),
             ])
         });
-        let query = Query {
+        Request::Query(Query {
             table_name: config.table_name.clone(),
             index_name: Some(config.index_name.clone()),
             key_condition_expression: "#ds = :started AND #exp < :cutoff".into(),
@@ -186,14 +214,13 @@ impl OrphansPage {
                 ("#exp".into(), a.expires_at_ms.clone()),
             ]),
             expression_attribute_values: Item::from([
-                (":started".into(), s(&config.started_partition)),
+                (":started".into(), s(partition)),
                 (":cutoff".into(), n(cutoff_ms)),
             ]),
-            limit: Some(page_size.clamp(1, i32::MAX as usize) as u32),
+            limit: Some(limit as u32),
             exclusive_start_key: start,
             ..Query::default()
-        };
-        Self { config: config.clone(), reads: Reads::new(config, Request::Query(query)) }
+        })
     }
 }
 
@@ -205,14 +232,34 @@ impl Operation for OrphansPage {
             Err(step) => return step,
         };
         let a = &self.config.attributes;
-        let next = out.last_evaluated_key.filter(|k| !k.is_empty()).and_then(|k| {
+        let shard = self.shard;
+        let next = out.last_evaluated_key.clone().filter(|k| !k.is_empty()).and_then(|k| {
             Some(OrphanCursor {
                 key: k.get(&a.id)?.as_s()?.to_string(),
                 expires_at_ms: k.get(&a.expires_at_ms)?.as_n()?.parse().ok()?,
+                shard,
             })
         });
-        let items = own_items(&self.config, out.items.unwrap_or_default());
-        Step::Done(OrphanPage { items, next })
+        self.items.extend(own_items(&self.config, out.items.unwrap_or_default()));
+        let more_shards = self.done_before + 1 < self.config.orphan_shards;
+        if next.is_some() || !more_shards {
+            return Step::Done(OrphanPage { items: std::mem::take(&mut self.items), next });
+        }
+        // This shard is read to its end.
+        if self.items.len() < self.page_size {
+            self.shard = (self.shard + 1) % self.config.orphan_shards;
+            self.done_before += 1;
+            let query = Self::query(&self.config, self.cutoff_ms, self.shard, self.page_size - self.items.len(), None);
+            return self.reads.then(&input, query);
+        }
+        // Full at the end of a shard: the next page goes on after its last item (and finds the
+        // next shard).
+        let next = self.items.last().map(|i| OrphanCursor {
+            key: self.config.key(&i.id),
+            expires_at_ms: i.expires_at_ms.unwrap_or(0),
+            shard,
+        });
+        Step::Done(OrphanPage { items: std::mem::take(&mut self.items), next })
     }
 }
 
@@ -411,10 +458,13 @@ impl Operation for Items {
 
 /// `count_by_state`: how many items of this application have the desired state `state` in the
 /// orphan index (a `COUNT` query over every page, no item read), keeping only those whose expiry
-/// is at least `min_expires_at_ms` when given. STARTED counts the index's started partition.
+/// is at least `min_expires_at_ms` when given. STARTED counts the index's started partition
+/// values (every orphan shard, one after another).
 #[derive(Debug, Clone)]
 pub struct CountByState {
     query: Query,
+    /// The partition values still to count after the pending one (the other orphan shards).
+    partitions: Vec<String>,
     total: u64,
     reads: Reads,
 }
@@ -422,10 +472,11 @@ pub struct CountByState {
 impl CountByState {
     pub fn new(config: &TableConfig, state: DesiredState, min_expires_at_ms: Option<u64>) -> Self {
         let a = &config.attributes;
-        let partition = match state {
-            DesiredState::Started => config.started_partition.clone(),
-            DesiredState::Stopped => state.as_str().to_string(),
+        let mut partitions = match state {
+            DesiredState::Started => config.started_partitions(),
+            DesiredState::Stopped => vec![state.as_str().to_string()],
         };
+        let partition = partitions.remove(0);
         let mut names = BTreeMap::from([("#ds".to_string(), a.desired_state.clone())]);
         let mut values = Item::from([(":state".to_string(), s(partition))]);
         let mut key_condition = "#ds = :state".to_string();
@@ -450,7 +501,7 @@ impl CountByState {
             filter_expression,
             ..Query::default()
         };
-        Self { reads: Reads::new(config, Request::Query(query.clone())), query, total: 0 }
+        Self { reads: Reads::new(config, Request::Query(query.clone())), query, partitions, total: 0 }
     }
 }
 
@@ -467,7 +518,13 @@ impl Operation for CountByState {
                 let query = Query { exclusive_start_key: Some(start), ..self.query.clone() };
                 self.reads.then(&input, Request::Query(query))
             }
-            None => Step::Done(self.total),
+            None if self.partitions.is_empty() => Step::Done(self.total),
+            None => {
+                let mut query = Query { exclusive_start_key: None, ..self.query.clone() };
+                query.expression_attribute_values.insert(":state".into(), s(self.partitions.remove(0)));
+                self.query = query.clone();
+                self.reads.then(&input, Request::Query(query))
+            }
         }
     }
 }

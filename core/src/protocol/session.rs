@@ -416,7 +416,7 @@ impl ClaimInSession {
                 (":epoch", n(self.session.epoch)),
                 (":held", n(HELD_UNDER_SESSION_MS)),
                 (":one", n(1)),
-                (":started", s(DesiredState::Started.as_str())),
+                (":started", s(self.config.started_value(&self.id))),
             ],
         )
     }

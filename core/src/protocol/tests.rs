@@ -691,7 +691,8 @@ fn batches_pages_and_cursors() {
     assert_eq!((states.len(), states["s0"], states["s1"]), (150, Some(DesiredState::Stopped), None));
     assert!(done(BatchDesiredStates::new(&c, &[]).unwrap().next(at(0))).is_empty(), "nothing to read, nothing sent");
 
-    let mut op = OrphansPage::new(&c, NOW, 2, Some(crate::OrphanCursor { key: "s1".into(), expires_at_ms: 5 }));
+    let mut op =
+        OrphansPage::new(&c, NOW, 2, Some(crate::OrphanCursor { key: "s1".into(), expires_at_ms: 5, shard: 0 }));
     let (Request::Query(q), _) = sent(op.next(at(0))) else { panic!() };
     assert_eq!(q.key_condition_expression, "#ds = :started AND #exp < :cutoff");
     assert_eq!(q.limit, Some(2));
@@ -703,7 +704,7 @@ fn batches_pages_and_cursors() {
         last_evaluated_key: Some(last),
         ..Output::default()
     }))));
-    assert_eq!(page.next, Some(crate::OrphanCursor { key: "s3".into(), expires_at_ms: 7 }));
+    assert_eq!(page.next, Some(crate::OrphanCursor { key: "s3".into(), expires_at_ms: 7, shard: 0 }));
 
     let c = cfg().key_prefix("app/");
     let mut op = Items::new(&c);
@@ -1124,4 +1125,77 @@ fn count_by_state_counts_every_page_of_the_index_without_reading_items() {
     assert_eq!((q.key_condition_expression.as_str(), q.filter_expression), ("#ds = :state", None));
     assert_eq!(q.expression_attribute_values[":state"], s("STOPPED"));
     assert_eq!(done(op.next(at(1).with(page(0, None)))), 0);
+}
+
+#[test]
+fn sharded_orphan_index_writes_the_shard_and_reads_every_shard() {
+    let c = cfg().orphan_shards(4);
+    let value = c.started_value("s1");
+    assert!(value.starts_with("STARTED#") && value != "STARTED", "{value}");
+    // start and the claim of started work write / check the item's own shard value.
+    let (Request::UpdateItem(u), _) = sent(Start::new(&c, "s1", "wss://x/s1").unwrap().next(at(0))) else { panic!() };
+    assert_eq!(u.expression_attribute_values[":started"], s(&value));
+    let (Request::UpdateItem(u), _) = sent(Acquire::started(&c, "s1", "a").unwrap().next(at(0))) else { panic!() };
+    assert_eq!(u.expression_attribute_values[":started"], s(&value));
+    let mut item = stored("s1", None, Some(0), 0, None);
+    item.insert("desired_state".into(), s(&value));
+    assert_eq!(super::value::item_from_attrs(&c, &item).desired_state, Some(DesiredState::Started));
+
+    // A page reads the shard the cutoff picks, then (not full, no cursor from DynamoDB) the
+    // next one, ... until full, round all of them.
+    let first = c.first_orphan_shard(NOW);
+    let nth = |i: u32| format!("STARTED#{}", (first + i) % 4);
+    let query_of = |step: Step<crate::OrphanPage>| match sent(step) {
+        (Request::Query(q), _) => q,
+        other => panic!("a query, got {other:?}"),
+    };
+    let found = |ids: &[&str], last: Option<Item>| {
+        let items = ids.iter().map(|id| stored(id, None, Some(1), 0, Some(DesiredState::Started))).collect();
+        Answer::Ok(Output { items: Some(items), last_evaluated_key: last, ..Output::default() })
+    };
+    let mut op = OrphansPage::new(&c, NOW, 3, None);
+    let q = query_of(op.next(at(0)));
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(0)), Some(3)));
+    let q = query_of(op.next(at(1).with(found(&["a"], None))));
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(1)), Some(2)));
+    assert_eq!(q.exclusive_start_key, None);
+    let q = query_of(op.next(at(2).with(found(&[], None))));
+    assert_eq!((q.expression_attribute_values[":started"].clone(), q.limit), (s(nth(2)), Some(2)));
+    // Full inside the third shard: the cursor names it, and the next page resumes there.
+    let mut last = key(&c, "c");
+    last.insert("lease_expires_at_ms".into(), n(1));
+    last.insert("desired_state".into(), s(nth(2)));
+    let page = done(op.next(at(3).with(found(&["b", "c"], Some(last)))));
+    assert_eq!(page.items.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    let cursor = page.next.expect("more may follow");
+    assert_eq!((cursor.key.as_str(), cursor.expires_at_ms, cursor.shard), ("c", 1, (first + 2) % 4));
+    let mut op = OrphansPage::new(&c, NOW, 3, Some(cursor));
+    let q = query_of(op.next(at(0)));
+    assert_eq!(q.expression_attribute_values[":started"], s(nth(2)));
+    assert_eq!(q.exclusive_start_key.as_ref().unwrap()["desired_state"], s(nth(2)));
+    let q = query_of(op.next(at(1).with(found(&[], None))));
+    assert_eq!(q.expression_attribute_values[":started"], s(nth(3)));
+    // The last shard of the round read to its end: no cursor.
+    let page = done(op.next(at(2).with(found(&["d"], None))));
+    assert_eq!((page.items.len(), page.next), (1, None));
+
+    // Listings at other cutoffs start elsewhere (workers polling at different moments).
+    let starts: std::collections::BTreeSet<u32> = (0..64).map(|k| c.first_orphan_shard(NOW + k * 1_000)).collect();
+    assert_eq!(starts.len(), 4, "{starts:?}");
+
+    // Unsharded: one query, as before.
+    let mut op = OrphansPage::new(&cfg(), NOW, 3, None);
+    assert_eq!(query_of(op.next(at(0))).expression_attribute_values[":started"], s("STARTED"));
+    assert_eq!(done(op.next(at(1).with(found(&["a"], None)))).next, None);
+
+    // The count of STARTED work adds every shard's count.
+    let mut op = CountByState::new(&c, DesiredState::Started, None);
+    let count = |n| Answer::Ok(Output { count: Some(n), ..Output::default() });
+    let mut step = op.next(at(0));
+    for (k, n) in [1u64, 2, 3, 4].into_iter().enumerate() {
+        let (Request::Query(q), _) = sent(step) else { panic!("shard {k}") };
+        assert_eq!(q.expression_attribute_values[":state"], s(format!("STARTED#{k}")));
+        step = op.next(at(k as u64 + 1).with(count(n)));
+    }
+    assert_eq!(done(step), 10);
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DesiredState, LeaseItem, TableConfig};
+use crate::{LeaseItem, TableConfig};
 
 /// One attribute value, serialized exactly as the DynamoDB JSON API (and the AWS SDK for
 /// JavaScript v3, and boto3's client) writes it. Binary values are base64 text, as in the JSON API.
@@ -75,7 +75,7 @@ pub fn item_from_attrs(config: &TableConfig, attrs: &Item) -> LeaseItem {
     let a = &config.attributes;
     LeaseItem {
         id: config.id_of(get_s(attrs, &a.id).unwrap_or_default()).to_string(),
-        desired_state: get_s(attrs, &a.desired_state).and_then(DesiredState::parse),
+        desired_state: get_s(attrs, &a.desired_state).and_then(|v| config.parse_desired_state(v)),
         url: get_s(attrs, &a.url).map(str::to_string),
         owner: get_s(attrs, &a.owner).map(str::to_string),
         expires_at_ms: get_n(attrs, &a.expires_at_ms),
@@ -98,6 +98,7 @@ pub fn is_own(config: &TableConfig, attrs: &Item) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DesiredState;
 
     #[test]
     fn values_serialize_as_the_dynamodb_json_api() {

@@ -444,7 +444,14 @@ pub async fn seed(table: &LeaseTable, items: Vec<Seed>) {
         .map(|s| {
             let mut item = HashMap::from([
                 (a.id.clone(), AttributeValue::S(config.key(&s.id))),
-                (a.desired_state.clone(), AttributeValue::S(s.state.as_str().into())),
+                // The orphan index's partition value: STARTED (or its shard), or STOPPED.
+                (
+                    a.desired_state.clone(),
+                    AttributeValue::S(match s.state {
+                        DesiredState::Started => config.started_value(&s.id),
+                        DesiredState::Stopped => s.state.as_str().into(),
+                    }),
+                ),
                 (a.url.clone(), AttributeValue::S(format!("wss://feed.example/{}", s.id))),
                 (a.expires_at_ms.clone(), AttributeValue::N(s.expires_at_ms.to_string())),
             ]);

@@ -36,6 +36,7 @@ class _Table:
         index_name: Optional[str] = None,
         attributes: Optional[Mapping[str, str]] = None,
         mode: str = "item",
+        orphan_shards: int = 1,
     ) -> None:
         """Opens ``table_name`` (no request is made; :meth:`create_table` creates it).
 
@@ -44,7 +45,10 @@ class _Table:
         ``mode`` is ``"item"`` (every held item renewed on its own) or ``"session"`` (one session
         item per worker renewed for everything it holds: :meth:`create_session`, and a
         :class:`Worker` over the table runs in session mode); every process of a table must use
-        the same mode. Bad settings raise :class:`InvalidInput` naming the field.
+        the same mode. ``orphan_shards`` (1 to 256, default 1: the reference schema's single
+        ``STARTED``) spreads running work over that many orphan-index partition values
+        (``STARTED#0`` ...), so renewals share their write capacity; every process of a table
+        must use the same count. Bad settings raise :class:`InvalidInput` naming the field.
         """
         self._native = _native.LeaseTable(
             table_name,
@@ -57,6 +61,7 @@ class _Table:
             index_name=index_name,
             attributes=dict(attributes) if isinstance(attributes, Mapping) else attributes,
             mode=mode,
+            orphan_shards=orphan_shards,
         )
 
     @property
@@ -82,6 +87,11 @@ class _Table:
     def mode(self) -> str:
         """``"item"`` or ``"session"``."""
         return self._native.mode
+
+    @property
+    def orphan_shards(self) -> int:
+        """How many orphan-index partition values running work is spread over (1: unsharded)."""
+        return self._native.orphan_shards
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_name!r})"

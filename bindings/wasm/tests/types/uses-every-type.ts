@@ -56,11 +56,13 @@ const tableOptions: LeaseTableOptions = {
   leaseMs: 20_000,
   mode: 'per-item',
   attributeNames,
+  orphanShards: 1,
 };
 const table = new LeaseTable(tableOptions);
 const sessions = new LeaseTable({ ...tableOptions, mode: 'session' });
 const legacy = new LeaseTable({ ...tableOptions, mode: 'item' });
 const mode: 'per-item' | 'session' = legacy.mode;
+const shards: number = table.orphanShards;
 
 async function leases(signal: AbortSignal): Promise<void> {
   const abortable: Abortable = { signal };
@@ -77,7 +79,7 @@ async function leases(signal: AbortSignal): Promise<void> {
   await session.renew({ load });
   const listed: SessionItem[] = await sessions.sessions();
   await session.end({ load });
-  console.log(mode, state, item, states, fence, listed, lease.session?.epoch);
+  console.log(mode, shards, state, item, states, fence, listed, lease.session?.epoch);
 }
 
 async function worker(): Promise<WorkerSnapshot> {
