@@ -128,7 +128,7 @@ fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
 impl PyLeaseTable {
     #[new]
     #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
-        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("item"), orphan_shards=Arg::Int(1)))]
+        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -147,11 +147,12 @@ impl PyLeaseTable {
         guarded(|| {
             let mode = mode.text(py, "mode")?;
             let mode = match mode.as_str() {
-                "item" => LeaseMode::PerItem,
+                // "item": the older spelling, still accepted.
+                "per-item" | "item" => LeaseMode::PerItem,
                 "session" => LeaseMode::Session,
                 other => {
                     let shown = leaselock::render::value(other);
-                    return Err(invalid(py, "mode", &format!("invalid mode: {shown} is not \"item\" or \"session\"")));
+                    return Err(invalid(py, "mode", &format!("invalid mode: {shown} is not \"per-item\" or \"session\"")));
                 }
             };
             let mut config = TableConfig::new(table_name.text(py, "table_name")?)
@@ -203,11 +204,11 @@ impl PyLeaseTable {
     fn orphan_shards(&self) -> u32 {
         self.table.config().orphan_shards
     }
-    /// `"item"` or `"session"`.
+    /// `"per-item"` or `"session"`.
     #[getter]
     fn mode(&self) -> &'static str {
         match self.table.config().mode {
-            LeaseMode::PerItem => "item",
+            LeaseMode::PerItem => "per-item",
             LeaseMode::Session => "session",
         }
     }

@@ -46,7 +46,7 @@ def test_mode_is_item_or_session(table_name: str, table: leaselock.LeaseTable, s
     with pytest.raises(leaselock.InvalidInput) as e:
         leaselock.LeaseTable(table_name, mode="sessions")
     assert e.value.field == "mode"
-    assert (table.mode, stable.mode) == ("item", "session")
+    assert (table.mode, stable.mode) == ("per-item", "session")
     # A per-item table has no sessions: its workers would take a session's work for held forever.
     with pytest.raises(leaselock.InvalidInput) as e:
         table.create_session("w")

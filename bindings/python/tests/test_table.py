@@ -188,9 +188,15 @@ def test_bad_input_names_the_field_and_writes_nothing(table, atable, dynamodb, t
     lease.release()
 
 
+def test_mode_is_named_as_the_cli_names_it_and_item_is_an_alias() -> None:
+    assert leaselock.LeaseTable("leases").mode == "per-item"
+    assert leaselock.LeaseTable("leases", mode="item").mode == "per-item"
+    assert leaselock.AsyncLeaseTable("leases", mode="session").mode == "session"
+
+
 def test_bad_settings_name_the_argument(table) -> None:
     new = lambda **kw: leaselock.LeaseTable("leases", **kw)  # noqa: E731
-    assert _field(lambda: new(mode="per-item")) == "mode"  # "item" or "session"
+    assert _field(lambda: new(mode="per_item")) == "mode"  # "per-item" (or "item") or "session"
     assert _field(lambda: leaselock.AsyncLeaseTable("leases", mode="shard")) == "mode"
     assert _field(lambda: new(lease_ms=1_000, clock_skew_ms=1_000)) == "lease_ms"
     assert _field(lambda: new(renew_ms=0)) == "renew_ms"

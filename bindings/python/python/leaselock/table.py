@@ -35,14 +35,15 @@ class _Table:
         key_prefix: str = "",
         index_name: Optional[str] = None,
         attributes: Optional[Mapping[str, str]] = None,
-        mode: str = "item",
+        mode: str = "per-item",
         orphan_shards: int = 1,
     ) -> None:
         """Opens ``table_name`` (no request is made; :meth:`create_table` creates it).
 
         ``attributes`` renames stored attributes (keys ``id, desired_state, url, owner,
         expires_at_ms, last_seq, fence, ttl``); the defaults are the AWS reference schema.
-        ``mode`` is ``"item"`` (every held item renewed on its own) or ``"session"`` (one session
+        ``mode`` is ``"per-item"`` (every held item renewed on its own; ``"item"``, the older
+        spelling, is accepted too) or ``"session"`` (one session
         item per worker renewed for everything it holds: :meth:`create_session`, and a
         :class:`Worker` over the table runs in session mode); every process of a table must use
         the same mode. ``orphan_shards`` (1 to 256, default 1: the reference schema's single
@@ -85,7 +86,7 @@ class _Table:
 
     @property
     def mode(self) -> str:
-        """``"item"`` or ``"session"``."""
+        """``"per-item"`` or ``"session"``, as the CLI names them."""
         return self._native.mode
 
     @property
