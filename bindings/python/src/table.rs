@@ -152,7 +152,11 @@ impl PyLeaseTable {
                 "session" => LeaseMode::Session,
                 other => {
                     let shown = leaselock::render::value(other);
-                    return Err(invalid(py, "mode", &format!("invalid mode: {shown} is not \"per-item\" or \"session\"")));
+                    return Err(invalid(
+                        py,
+                        "mode",
+                        &format!("invalid mode: {shown} is not \"per-item\" or \"session\""),
+                    ));
                 }
             };
             let mut config = TableConfig::new(table_name.text(py, "table_name")?)
