@@ -510,13 +510,12 @@ struct HintBatch {
     hinted: u64,
 }
 
-/// The hint queue's long poll. The next one is sent while the claims of the hints before it
-/// are in flight: a hint sent meanwhile is received at once, not after those claims.
 #[derive(Debug)]
 enum HintPhase {
     Off,
     Idle { at_mono_ms: u64 },
     Receiving,
+    Batch(HintBatch),
     Done,
 }
 
@@ -567,8 +566,6 @@ pub struct Engine {
     poll_again: bool,
     orphan_failures: u32,
     hints: HintPhase,
-    /// Hints received and not yet settled (those received meanwhile join it).
-    hint_batch: Option<HintBatch>,
     hint_failures: u32,
     session: SessionPhase,
     desired_at_mono_ms: u64,
@@ -624,7 +621,6 @@ impl Engine {
             poll_again: false,
             orphan_failures: 0,
             hint_failures: 0,
-            hint_batch: None,
             desired_in_flight: false,
             totals: Totals::default(),
             renew_latency_ms: Vec::new(),
@@ -711,11 +707,9 @@ impl Engine {
         }
         match &self.hints {
             // A full worker waits for room (an event), not for time.
-            HintPhase::Idle { at_mono_ms } if !self.stopping && self.hint_room() > 0 => wake(*at_mono_ms),
+            HintPhase::Idle { at_mono_ms } if !self.stopping && self.capacity() > 0 => wake(*at_mono_ms),
+            HintPhase::Batch(HintBatch { refresh_until: Some(t), .. }) => wake(*t),
             _ => {}
-        }
-        if let Some(HintBatch { refresh_until: Some(t), .. }) = &self.hint_batch {
-            wake(*t);
         }
         match &self.session {
             SessionPhase::Closed { retry_at_mono_ms, .. } if !self.stopping => wake(*retry_at_mono_ms),
@@ -1130,7 +1124,10 @@ impl Engine {
                 if let Answer::Sessions(sessions) = answer {
                     let pace = self.pace_ms();
                     let me = self.load();
-                    let hinted = self.hint_batch.as_ref().map_or(0, |batch| batch.hinted);
+                    let hinted = match &self.hints {
+                        HintPhase::Batch(batch) => batch.hinted,
+                        _ => 0,
+                    };
                     let limit = self.balancer.refreshed_limit(
                         &sessions,
                         &self.settings.worker_id,
@@ -1142,7 +1139,7 @@ impl Engine {
                     );
                     self.claim_limit = self.claim_limit.max(limit as usize);
                 }
-                if let Some(batch) = &mut self.hint_batch {
+                if let HintPhase::Batch(batch) = &mut self.hints {
                     batch.refresh_until = None;
                 }
             }
@@ -1483,7 +1480,7 @@ impl Engine {
                 }
             }
             ClaimFrom::Hint(i) => {
-                if let Some(batch) = &mut self.hint_batch {
+                if let HintPhase::Batch(batch) = &mut self.hints {
                     batch.in_flight -= 1;
                     if let Some(slot) = batch.outcomes.get_mut(i) {
                         *slot = Some(outcome);
@@ -1536,79 +1533,71 @@ impl Engine {
             .into_iter()
             .filter(|id| !self.tracked.contains_key(id))
             .count() as u64;
-        let mut batch = self.hint_batch.take().unwrap_or(HintBatch {
-            hinted: 0,
-            messages: Vec::new(),
-            outcomes: Vec::new(),
-            queue: VecDeque::new(),
+        let mut batch = HintBatch {
+            hinted,
+            outcomes: vec![None; messages.len()],
+            queue: (0..messages.len()).collect(),
+            messages,
             in_flight: 0,
             refresh_until: None,
-        });
-        batch.hinted += hinted;
-        let first = batch.messages.len();
-        batch.queue.extend(first..first + messages.len());
-        batch.outcomes.resize(first + messages.len(), None);
-        batch.messages.extend(messages);
-        if !self.below_claim_limit() && !self.stopping && batch.refresh_until.is_none() {
+        };
+        if !self.below_claim_limit() && !self.stopping {
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
         }
-        self.hint_batch = Some(batch);
-        self.hints = if self.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms: self.now.mono_ms } };
-    }
-
-    /// Room for hints not yet received: the free capacity less the hints waiting for a claim.
-    fn hint_room(&self) -> usize {
-        let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
-        self.capacity().saturating_sub(waiting)
+        self.hints = HintPhase::Batch(batch);
     }
 
     fn drive_hints(&mut self) {
-        if let HintPhase::Idle { at_mono_ms } = self.hints {
-            if self.stopping {
-                self.hints = HintPhase::Done;
-            } else if at_mono_ms <= self.now.mono_ms && self.hint_room() > 0 {
+        match &self.hints {
+            HintPhase::Idle { at_mono_ms } => {
+                if self.stopping {
+                    self.hints = HintPhase::Done;
+                    return;
+                }
                 // Only take hints while there is room: a full worker leaves them to the others.
-                let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
-                let max = hint_batch_size(self.room().saturating_sub(waiting).max(1)) as usize;
+                if *at_mono_ms > self.now.mono_ms || self.capacity() == 0 {
+                    return;
+                }
+                let max = hint_batch_size(self.room().max(1)) as usize;
                 self.commands.push_back(Command::ReceiveHints { max, wait_ms: self.settings.hint_wait_ms });
                 self.hints = HintPhase::Receiving;
             }
-        }
-        self.claim_hints();
-    }
-
-    /// Claims the hinted work of the batch (a few at a time); settles the batch once every
-    /// claim is answered.
-    fn claim_hints(&mut self) {
-        let Some(mut batch) = self.hint_batch.take() else { return };
-        if batch.refresh_until.is_some_and(|until| until > self.now.mono_ms) {
-            self.hint_batch = Some(batch);
-            return;
-        }
-        batch.refresh_until = None;
-        while batch.in_flight < HINT_CLAIM_CONCURRENCY {
-            let Some(i) = batch.queue.pop_front() else { break };
-            let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
-                Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i)) {
-                    Ok(()) => {
-                        batch.in_flight += 1;
-                        continue;
+            HintPhase::Batch(batch) => {
+                if let Some(until) = batch.refresh_until {
+                    if until > self.now.mono_ms {
+                        return;
                     }
-                    Err(outcome) => outcome,
-                },
-                Some(Err(e)) => {
-                    warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
-                    Claim::Failed
                 }
-                None => Claim::Failed,
-            };
-            batch.outcomes[i] = Some(outcome);
-        }
-        if batch.queue.is_empty() && batch.in_flight == 0 {
-            self.settle_hints(batch);
-        } else {
-            self.hint_batch = Some(batch);
+                let HintPhase::Batch(mut batch) = std::mem::replace(&mut self.hints, HintPhase::Receiving) else {
+                    return;
+                };
+                batch.refresh_until = None;
+                while batch.in_flight < HINT_CLAIM_CONCURRENCY {
+                    let Some(i) = batch.queue.pop_front() else { break };
+                    let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
+                        Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i)) {
+                            Ok(()) => {
+                                batch.in_flight += 1;
+                                continue;
+                            }
+                            Err(outcome) => outcome,
+                        },
+                        Some(Err(e)) => {
+                            warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
+                            Claim::Failed
+                        }
+                        None => Claim::Failed,
+                    };
+                    batch.outcomes[i] = Some(outcome);
+                }
+                if batch.queue.is_empty() && batch.in_flight == 0 {
+                    self.settle_hints(batch);
+                } else {
+                    self.hints = HintPhase::Batch(batch);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -1628,6 +1617,7 @@ impl Engine {
         }
         let defer_ms = self.settings.orphan_interval_ms;
         self.commands.push_back(Command::SettleHints { delete, give_back, defer, defer_ms });
+        self.hints = if self.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms: self.now.mono_ms } };
     }
 
     // ---- the session ----
@@ -1775,7 +1765,7 @@ impl Engine {
         if !self.stopping || self.finished {
             return;
         }
-        let hints_done = matches!(self.hints, HintPhase::Off | HintPhase::Done) && self.hint_batch.is_none();
+        let hints_done = matches!(self.hints, HintPhase::Off | HintPhase::Done);
         let session_done = matches!(self.session, SessionPhase::Off | SessionPhase::Ended);
         let poll_done = !matches!(self.poll, PollPhase::Claims(_));
         // Writes still in flight (releases, give-backs) are waited for by the driver.

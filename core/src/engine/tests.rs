@@ -189,50 +189,6 @@ fn hints_are_claimed_at_once_and_a_full_worker_leaves_the_rest_on_the_queue() {
     assert_eq!((sim.hints_waiting(), sim.nodes[w].engine.snapshot().hints_received), (1, 2));
 }
 
-fn drain(engine: &mut Engine) -> Vec<Command> {
-    std::iter::from_fn(|| engine.poll_command()).collect()
-}
-
-fn hint(receipt: &str, id: &str) -> HintMessage {
-    HintMessage { receipt: receipt.into(), body: Some(crate::Hint::new(id).to_json()) }
-}
-
-#[test]
-fn the_next_long_poll_is_sent_while_hinted_claims_are_in_flight() {
-    let now = Now { wall_ms: START, mono_ms: 0 };
-    let cfg = config(LeaseMode::PerItem, 20_000, 5_000, 1_000);
-    let mut e = Engine::new(Settings { hints: true, orphan_interval_ms: 60_000, ..settings("a", 10) }, cfg, 1, now);
-    assert!(drain(&mut e).iter().any(|c| matches!(c, Command::ReceiveHints { .. })));
-    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, now);
-    let first = drain(&mut e);
-    let claim = |cmds: &[Command], want: &str| {
-        cmds.iter().find_map(|c| match c {
-            Command::Run { op, request: Op::Claim { id, .. } } if id == want => Some(*op),
-            _ => None,
-        })
-    };
-    let s1 = claim(&first, "s1").expect("s1 claimed");
-    // A hint released meanwhile is received at once, not after s1's claim is answered.
-    assert!(first.iter().any(|c| matches!(c, Command::ReceiveHints { .. })), "{first:?}");
-    e.handle(Event::Hints { received: Ok(vec![hint("r2", "s2")]) }, now);
-    let second = drain(&mut e);
-    let s2 = claim(&second, "s2").expect("s2 claimed while s1's claim is in flight");
-    // One batch: settled once both claims are answered.
-    let lost = |op| Event::Answer {
-        op,
-        answer: Answer::Failed(crate::Error::Held { owner: "b".into(), expires_at_ms: START + 20_000 }),
-    };
-    e.handle(lost(s1), now);
-    assert!(!drain(&mut e).iter().any(|c| matches!(c, Command::SettleHints { .. })));
-    e.handle(lost(s2), now);
-    let settled = drain(&mut e);
-    let Some(Command::SettleHints { delete, .. }) = settled.iter().find(|c| matches!(c, Command::SettleHints { .. }))
-    else {
-        panic!("settled: {settled:?}")
-    };
-    assert_eq!(delete, &vec!["r1".to_string(), "r2".to_string()]);
-}
-
 /// A lone balanced session worker at a share of 0 (no work yet) takes new work its hints name
 /// at once: the ids a hint names are work nobody holds, not hints to defer by an orphan interval.
 #[test]
