@@ -25,7 +25,7 @@ the service of a host is found once. Its answers to DynamoDB's item operations a
 serializer that walks the output's model and looks up each attribute under several spellings:
 another fifth, for items that are already in the wire's shape. Here those answers are written as
 they are (LEASELOCK_ENGINE_CHECK=1 also runs moto's serializer on each and fails the request if
-the two differ; `make test-engine` runs that way).
+the two differ; the ItemAnswers test of `make test-engine` starts an engine that way).
 
 The engine stands in for a remote service, whose capacity the processes under test do not share:
 it raises its own scheduling priority (nice -5, LEASELOCK_ENGINE_NICE to change; left as it is
