@@ -11,9 +11,11 @@
 //! lease`, so `expires - lease` is the claimer's clock at the claim (a later renewal only moves it
 //! towards the moment the table was read, never before the claim); all processes share one clock.
 //! In session mode a claim writes no time (the connection item carries the held sentinel): the
-//! victim's unclaimed connections are read every 50 ms (consistent BatchGetItems of the owner
-//! attribute) and a stream's claim instant is the moment the answer that first showed another
-//! owner arrived, so those samples err high by up to one poll and one read.
+//! instant is read from the claimers' logs, where the engine logs each claim (`claimed
+//! connection_id=...`, info) with its wall clock as the answer arrives. Reading the table instead
+//! would add requests to the engine the claims are waiting on. Between session-mode rounds the
+//! replacement worker is given time to take its share (the busiest worker then holds at most
+//! its fair share and 2), so each victim holds what a worker of a balanced fleet holds.
 //!
 //! With `--steady-ms`, before the first round and once the fleet has settled (who holds what
 //! unchanged for 3 s), the lease table's writes are counted over that window by the local
@@ -24,7 +26,8 @@
 //! held and the window, that is the lease keeping's writes per connection-hour.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::io::{Read, Seek};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -123,8 +126,84 @@ struct WriteCount {
     peak_write_partitions: Vec<(String, String, f64)>,
 }
 
-/// Session mode: how often the victim's connections are read during a round (ms).
-const SESSION_POLL_MS: u64 = 50;
+/// Session mode: how often the claimers' logs are read during a round (ms).
+const SESSION_POLL_MS: u64 = 20;
+
+/// Session mode's claim instants: the `claimed` lines of the workers' logs, read as they grow.
+#[derive(Default)]
+struct ClaimLogs {
+    /// How far each log has been read (to the end of its last whole line).
+    read: HashMap<PathBuf, u64>,
+}
+
+impl ClaimLogs {
+    /// Skips what the logs in `dir` hold so far.
+    fn skip(&mut self, dir: &Path) -> CliResult {
+        for path in logs_in(dir)? {
+            let len = std::fs::metadata(&path).map_err(other)?.len();
+            self.read.insert(path, len);
+        }
+        Ok(())
+    }
+
+    /// The claims logged since the last read, but not by `except`'s log: (stream, wall ms).
+    fn claims(&mut self, dir: &Path, except: &str) -> CliResult<Vec<(String, u64)>> {
+        let mut found = Vec::new();
+        for path in logs_in(dir)? {
+            if path.file_stem().is_some_and(|s| s == except) {
+                continue;
+            }
+            let from = self.read.get(&path).copied().unwrap_or(0);
+            let mut file = std::fs::File::open(&path).map_err(other)?;
+            file.seek(std::io::SeekFrom::Start(from)).map_err(other)?;
+            let mut text = String::new();
+            file.read_to_string(&mut text).map_err(other)?;
+            let Some(end) = text.rfind('\n') else { continue };
+            self.read.insert(path, from + end as u64 + 1);
+            found.extend(text[..end].lines().filter_map(claim_line));
+        }
+        Ok(found)
+    }
+}
+
+fn logs_in(dir: &Path) -> CliResult<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(other)? {
+        let path = entry.map_err(other)?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            paths.push(path);
+        }
+    }
+    Ok(paths)
+}
+
+/// `2026-12-03T09:19:53.533936Z  INFO leaselock::engine: claimed connection_id=stream-07 ...`
+/// (the worker's log line without colours) as (stream, wall ms).
+fn claim_line(line: &str) -> Option<(String, u64)> {
+    let (stamp, rest) = line.split_once(' ')?;
+    let rest = rest.split_once(": claimed ")?.1;
+    let id = rest.split_once("connection_id=")?.1.split(' ').next()?;
+    Some((id.to_string(), rfc3339_ms(stamp)?))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` as epoch ms.
+fn rfc3339_ms(stamp: &str) -> Option<u64> {
+    let stamp = stamp.strip_suffix('Z')?;
+    let (date, time) = stamp.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let ms: i64 = format!("{fraction:0<3}")[..3].parse().ok()?;
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    u64::try_from(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1_000 + ms).ok()
+}
 
 /// The local engine's per-partition counts (`GET`), or a reset of them (`POST .../reset`).
 async fn engine_counts(method: &str) -> CliResult<serde_json::Value> {
@@ -221,50 +300,23 @@ async fn spread(table: &LeaseTable, session: bool) -> CliResult<BTreeMap<String,
     Ok(per)
 }
 
-/// Of `ids`, those whose item names `owner` as its owner now: consistent BatchGetItems of the
-/// owner attribute alone (the engine serves one DynamoDB request at a time, so the poll must cost
-/// it little: no index query, no scan, no more than the keys still to settle).
-async fn still_under(table: &LeaseTable, owner: &str, ids: &[&String]) -> CliResult<std::collections::HashSet<String>> {
-    use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-    let c = table.config();
-    let mut still = std::collections::HashSet::new();
-    for chunk in ids.chunks(100) {
-        let keys = chunk
-            .iter()
-            .map(|id| HashMap::from([(c.attributes.id.clone(), AttributeValue::S(c.key(id)))]))
-            .collect::<Vec<_>>();
-        let mut request = Some(
-            KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .projection_expression("#k, #o")
-                .expression_attribute_names("#k", &c.attributes.id)
-                .expression_attribute_names("#o", &c.attributes.owner)
-                .build()
-                .map_err(other)?,
-        );
-        while let Some(r) = request.take() {
-            let out = table
-                .client()
-                .batch_get_item()
-                .request_items(&c.table_name, r)
-                .send()
-                .await
-                .map_err(|e| other(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-            for item in out.responses().and_then(|r| r.get(&c.table_name)).into_iter().flatten() {
-                if let (Some(AttributeValue::S(key)), Some(AttributeValue::S(o))) =
-                    (item.get(&c.attributes.id), item.get(&c.attributes.owner))
-                {
-                    if o == owner {
-                        still.insert(c.id_of(key).to_string());
-                    }
-                }
-            }
-            request =
-                out.unprocessed_keys().and_then(|u| u.get(&c.table_name)).cloned().filter(|k| !k.keys().is_empty());
+/// Session mode, between rounds: waits (bounded) until the busiest live worker holds at most its
+/// fair share and 2, the replacement having taken its share by balance.
+async fn balanced(table: &LeaseTable, connections: usize, workers: usize) -> CliResult {
+    let fair = connections.div_ceil(workers.max(1));
+    let began = Instant::now();
+    loop {
+        let per = spread(table, true).await?;
+        let held: usize = per.values().sum();
+        if per.len() == workers && held == connections && per.values().all(|n| *n <= fair + 2) {
+            return Ok(());
         }
+        if began.elapsed() > Duration::from_secs(60) {
+            eprintln!("  the fleet did not balance within 60 s: {per:?}");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Ok(still)
 }
 
 fn load_average() -> f64 {
@@ -277,6 +329,8 @@ fn load_average() -> f64 {
 struct Workers {
     exe: PathBuf,
     args: Vec<String>,
+    /// The workers' `LEASELOCK_LOG` when the bench's own is not set.
+    log_filter: String,
     logs: PathBuf,
     next: usize,
     alive: Vec<(String, Child)>,
@@ -290,7 +344,7 @@ impl Workers {
         let child = Command::new(&self.exe)
             .args(&self.args)
             .args(["--worker-id", &name])
-            .env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| "warn".into()))
+            .env("LEASELOCK_LOG", std::env::var("LEASELOCK_LOG").unwrap_or_else(|_| self.log_filter.clone()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(other)?)
             .stderr(log)
@@ -392,6 +446,9 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             .map(String::from),
         )
         .collect(),
+        // Session mode reads the claims from the logs.
+        log_filter: if config.mode == leaselock::LeaseMode::Session { "warn,leaselock::engine=info" } else { "warn" }
+            .to_string(),
         logs: logs.clone(),
         next: 0,
         alive: Vec::new(),
@@ -484,7 +541,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         exit_ms: Vec::new(),
         load_average: vec![load_average()],
         mode: session.then_some("session"),
-        claim_instant: if session { "poll" } else { "claim expiry" },
+        claim_instant: if session { "claimer's log" } else { "claim expiry" },
         steady,
         rounds: None,
     };
@@ -525,6 +582,10 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         if victim_ids.is_empty() {
             return Err(other("no worker holds a stream"));
         }
+        let mut claim_logs = ClaimLogs::default();
+        if session {
+            claim_logs.skip(&logs)?;
+        }
         let signalled_ms = SystemClock.now_ms();
         let signalled = Instant::now();
         workers.signal(victim_i, if f.kind == Kind::Crash { libc::SIGKILL } else { libc::SIGTERM })?;
@@ -532,7 +593,6 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         let exit = tokio::spawn(async move { wait_exit(&mut child, signalled, Duration::from_secs(30)).await });
 
         let mut claimed: HashMap<String, Option<u64>> = HashMap::new();
-        let mut first_poll = true;
         while claimed.len() < victim_ids.len() {
             if signalled.elapsed() > limit {
                 return Err(other(format!(
@@ -542,19 +602,14 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
                 )));
             }
             if session {
-                // No claim time on the item: the first answer without the stream under the victim.
-                let open: Vec<&String> = victim_ids.iter().filter(|id| !claimed.contains_key(*id)).collect();
-                let still = still_under(&table, &victim, &open).await?;
-                let answered_at = SystemClock.now_ms();
-                for id in &victim_ids {
-                    if !still.contains(id) && !claimed.contains_key(id) {
-                        // Gone at the first look after the signal: handed over before it (a
-                        // balance hand-over in flight), so it is no failover sample.
-                        let at = if first_poll { None } else { answered_at.checked_sub(signalled_ms) };
-                        claimed.insert(id.clone(), at);
+                // No claim time on the item: the claimers' logs say when each claim landed.
+                for (id, at) in claim_logs.claims(&logs, &victim)? {
+                    if victim_ids.contains(&id) && !claimed.contains_key(&id) {
+                        // Claimed before the signal: handed over before it (a balance hand-over
+                        // in flight), so it is no failover sample.
+                        claimed.insert(id, at.checked_sub(signalled_ms));
                     }
                 }
-                first_poll = false;
             } else {
                 let read_at = SystemClock.now_ms();
                 for (id, (owner, expires)) in holders(&table).await? {
@@ -584,6 +639,9 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         report.per_failure_min_ms.push(claimed.values().flatten().copied().min().unwrap_or(0));
         report.samples_ms.extend(claimed.into_values().flatten());
         workers.spawn()?;
+        if session && round + 1 < f.failures {
+            balanced(&table, f.connections, f.workers).await?;
+        }
     }
     report.load_average.push(load_average());
     if let Some(before) = &window_counts {
@@ -600,4 +658,20 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
     let _ = feed_task.await;
     println!("{}", serde_json::to_string(&report).map_err(other)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_lines_give_the_stream_and_the_claimers_wall_clock() {
+        let line = "2026-12-03T09:19:53.533936Z  INFO leaselock::engine: claimed connection_id=stream-07 fence=3 \
+                    source=\"dead session\" worker_id=fo-w2";
+        assert_eq!(claim_line(line), Some(("stream-07".into(), 1_796_289_593_533)));
+        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(rfc3339_ms("2000-02-29T23:59:59.9Z"), Some(951_868_799_900));
+        assert_eq!(claim_line("2026-12-03T09:19:53.5Z  INFO leaselock::engine: took over a dead session's work"), None);
+        assert_eq!(claim_line("garbage"), None);
+    }
 }

@@ -117,6 +117,13 @@ pub trait LeaseStore: MaybeSendSync {
         let _ = (id, session);
         Err(unsupported())
     }
+    /// [`LeaseStore::claim_in_session`] of work read under the dead session `epoch` of
+    /// `listed.owner` (the owner index's answer): a store whose claim would first try the work as
+    /// unowned sends the takeover at once. Same outcomes as `claim_in_session`.
+    async fn claim_listed_in_session(&self, listed: &LeaseItem, epoch: u64, session: &Session) -> Result<Lease> {
+        let _ = epoch;
+        self.claim_in_session(&listed.id, session).await
+    }
     /// Session items whose expiry is below `below_ms` (a claim cutoff: the dead ones; `u64::MAX`:
     /// all), oldest first.
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {

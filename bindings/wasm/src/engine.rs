@@ -157,8 +157,13 @@ fn running<O: Operation + 'static>(op: leaselock::Result<O>, into: fn(O::Output)
 fn operation(request: engine::Op, config: &TableConfig, owner: &str) -> Box<dyn Running> {
     use engine::Op;
     match request {
-        Op::Claim { id, session: None } => running(Acquire::started(config, &id, owner), Answer::Lease),
-        Op::Claim { id, session: Some(session) } => running(ClaimInSession::new(config, &id, &session), Answer::Lease),
+        Op::Claim { id, session: None, .. } => running(Acquire::started(config, &id, owner), Answer::Lease),
+        Op::Claim { id, session: Some(session), listed: None } => {
+            running(ClaimInSession::new(config, &id, &session), Answer::Lease)
+        }
+        Op::Claim { session: Some(session), listed: Some(l), .. } => {
+            running(ClaimInSession::takeover(config, &l.item, l.epoch, &session), Answer::Lease)
+        }
         Op::ReleaseLease { lease } => running(Ok(Release::new(config, &lease)), |()| Answer::Done),
         Op::Get { id } => running(Get::new(config, &id), Answer::Item),
         Op::OrphansPage { cutoff_ms, page_size } => {

@@ -543,6 +543,10 @@ impl LeaseStore for LeaseTable {
         self.run(protocol::ClaimInSession::new(&self.config, id, session)?).await
     }
 
+    async fn claim_listed_in_session(&self, listed: &LeaseItem, epoch: u64, session: &Session) -> Result<Lease> {
+        self.run(protocol::ClaimInSession::takeover(&self.config, listed, epoch, session)?).await
+    }
+
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
         self.run(protocol::Sessions::new(&self.config, below_ms)).await
     }

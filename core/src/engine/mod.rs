@@ -88,10 +88,13 @@ impl Settings {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
-    /// Acquire STARTED work: per-item (`session` absent) or under the session.
+    /// Acquire STARTED work: per-item (`session` absent) or under the session; `listed`: the
+    /// work as read under a dead session, taken over with the first request.
     Claim {
         id: String,
         session: Option<Session>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        listed: Option<Listed>,
     },
     /// Renew the held copy of `id`; give the request up (sending nothing else) at
     /// `until_mono_ms`, its deadline.
@@ -138,6 +141,16 @@ pub enum Op {
     DesiredStates {
         ids: Vec<String>,
     },
+}
+
+/// Work read under a dead session: the item as [`Op::OwnedBy`] answered it and the epoch of the
+/// dead session it was listed under. The claim's first request is the takeover transaction
+/// ([`crate::protocol::ClaimInSession::takeover`]), not an UpdateItem that the item's held
+/// sentinel refuses first: one request per connection taken over instead of two.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Listed {
+    pub epoch: u64,
+    pub item: LeaseItem,
 }
 
 impl Op {
@@ -488,6 +501,10 @@ struct OrphanRound {
     takeovers: BTreeMap<String, usize>,
     /// The dead session (owner, epoch) each queued dead id is claimed from.
     dead_owner: HashMap<String, (String, u64)>,
+    /// Each dead id as it was listed under its dead session.
+    dead_listed: HashMap<String, Listed>,
+    /// When the first live peer session, renewed no more, could be taken over (monotonic ms).
+    peer_dies_at_mono_ms: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -930,7 +947,7 @@ impl Engine {
     // ---- claims ----
 
     /// Starts a claim of `id` if it may: capacity, not ours already, within the claim limit.
-    fn try_claim(&mut self, id: &str, source: Source, from: ClaimFrom) -> Result<(), Claim> {
+    fn try_claim(&mut self, id: &str, source: Source, from: ClaimFrom, listed: Option<Listed>) -> Result<(), Claim> {
         if self.capacity() == 0 {
             return Err(Claim::NoCapacity);
         }
@@ -952,7 +969,7 @@ impl Engine {
         let session_epoch = session.as_ref().map(|s| s.epoch);
         self.tracked.insert(id.to_string(), Tracked::Claiming);
         self.run(
-            Op::Claim { id: id.to_string(), session },
+            Op::Claim { id: id.to_string(), listed: listed.filter(|_| session.is_some()), session },
             Pending::Claim { id: id.to_string(), source, session_epoch, from },
         );
         Ok(())
@@ -1277,6 +1294,17 @@ impl Engine {
             }
         };
         self.taken_from.retain(|(owner, epoch), _| sessions.iter().any(|s| &s.owner == owner && s.epoch == *epoch));
+        // A peer that stops renewing is dead once its expiry is past the skew: the next poll
+        // then, not up to a whole interval later. A live peer renews long before; the next
+        // poll reads its new expiry, so this wake never comes for it.
+        let (wall, mono, skew) = (self.now.wall_ms, self.now.mono_ms, self.config.skew_ms());
+        round.peer_dies_at_mono_ms = sessions
+            .iter()
+            .filter(|s| s.owner != self.settings.worker_id && s.expires_at_ms > 0)
+            .map(|s| s.expires_at_ms.saturating_add(skew + 1))
+            .filter(|at| *at > wall)
+            .min()
+            .map(|at| mono + (at - wall));
         let (peers, dead) =
             self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
         round.peers = Some(peers);
@@ -1299,7 +1327,13 @@ impl Engine {
         match answer {
             Answer::Owned(items) => {
                 let listed = items.len();
-                let ids = items.into_iter().map(|i| i.id).filter(|id| !self.tracked.contains_key(id)).collect();
+                let mut ids = Vec::new();
+                for item in items.into_iter().filter(|i| !self.tracked.contains_key(&i.id)) {
+                    ids.push(item.id.clone());
+                    if let Some(epoch) = epoch {
+                        round.dead_listed.insert(item.id.clone(), Listed { epoch, item });
+                    }
+                }
                 round.dead.push(DeadSession { owner, epoch, listed, ids });
             }
             other => {
@@ -1430,7 +1464,8 @@ impl Engine {
                 continue;
             }
             round.queue.pop_front();
-            match self.try_claim(&id, source, ClaimFrom::Poll) {
+            let listed = if source == Source::DeadSession { round.dead_listed.remove(&id) } else { None };
+            match self.try_claim(&id, source, ClaimFrom::Poll, listed) {
                 Ok(()) => round.in_flight += 1,
                 Err(Claim::Stopping) => round.queue.clear(),
                 Err(_) => {}
@@ -1454,7 +1489,8 @@ impl Engine {
         for (owner, claimed) in &round.takeovers {
             info!(owner = %owner, claimed, "took over a dead session's work");
         }
-        let at = if self.poll_again { self.now.mono_ms } else { self.now.mono_ms + round.wake_in_ms };
+        let next = (self.now.mono_ms + round.wake_in_ms).min(round.peer_dies_at_mono_ms.unwrap_or(u64::MAX));
+        let at = if self.poll_again { self.now.mono_ms } else { next };
         self.poll_again = false;
         self.poll = PollPhase::Idle { at_mono_ms: at };
     }
@@ -1576,13 +1612,15 @@ impl Engine {
                 while batch.in_flight < HINT_CLAIM_CONCURRENCY {
                     let Some(i) = batch.queue.pop_front() else { break };
                     let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
-                        Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i)) {
-                            Ok(()) => {
-                                batch.in_flight += 1;
-                                continue;
+                        Some(Ok(hint)) => {
+                            match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i), None) {
+                                Ok(()) => {
+                                    batch.in_flight += 1;
+                                    continue;
+                                }
+                                Err(outcome) => outcome,
                             }
-                            Err(outcome) => outcome,
-                        },
+                        }
                         Some(Err(e)) => {
                             warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
                             Claim::Failed

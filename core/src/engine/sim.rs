@@ -280,7 +280,7 @@ impl Sim {
                 let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
                 // A session claim's condition reads the session item of the work's owner.
                 let owner_before = match (&request, self.account) {
-                    (Op::Claim { id, session: Some(_) }, true) => {
+                    (Op::Claim { id, session: Some(_), .. }, true) => {
                         block_on(self.store.get(id)).ok().flatten().and_then(|i| i.owner)
                     }
                     _ => None,
@@ -383,7 +383,7 @@ impl Sim {
         let ok = !matches!(answer, Answer::Failed(_));
         let read_units = |items: usize| (items as f64 * 300.0 / 4096.0).ceil().max(1.0) / 2.0;
         match request {
-            Op::Claim { id, session } => {
+            Op::Claim { id, session, .. } => {
                 let tx = if session.is_some() { 2.0 } else { 1.0 };
                 if !ok {
                     p.add(TABLE, id, tx, now);
@@ -489,10 +489,13 @@ impl Sim {
         let failed = Answer::Failed;
         let node = &mut self.nodes[worker];
         match request {
-            Op::Claim { id, session: None } => {
+            Op::Claim { id, session: None, .. } => {
                 block_on(store.acquire_started(&id, &owner)).map_or_else(failed, Answer::Lease)
             }
-            Op::Claim { id, session: Some(s) } => {
+            Op::Claim { session: Some(s), listed: Some(l), .. } => {
+                block_on(store.claim_listed_in_session(&l.item, l.epoch, &s)).map_or_else(failed, Answer::Lease)
+            }
+            Op::Claim { id, session: Some(s), .. } => {
                 block_on(store.claim_in_session(&id, &s)).map_or_else(failed, Answer::Lease)
             }
             Op::Renew { id, .. } => match node.copies.get(&id).cloned() {

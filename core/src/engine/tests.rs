@@ -110,6 +110,44 @@ fn a_crashed_workers_work_is_held_again_within_lease_skew_and_3_s() {
     }
 }
 
+/// A peer session that stops renewing is taken over once its expiry is past the skew, not at
+/// the survivors' next orphan poll (10 s apart here), and each of its connections is claimed
+/// with the item as it was listed under it (the takeover is the claim's first request).
+#[test]
+fn a_dead_session_is_taken_over_when_it_expires_not_at_the_next_poll() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    let ids = start_work(&sim, 30);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        sim.spawn(Settings { orphan_interval_ms: 10_000, ..settings(name, 30) }, i as u64 + 40);
+    }
+    assert!(sim.run_while(60_000, 100, |s| ids.iter().all(|id| s.running_on(id).len() == 1)));
+    sim.run_until(sim.clock.monotonic_ms() + 3_333);
+    let held: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+    assert!(!held.is_empty());
+    sim.crash(0);
+    let crashed_at = sim.clock.monotonic_ms();
+    let session = block_on(sim.store.sessions(u64::MAX)).unwrap().into_iter().find(|s| s.owner == "a").unwrap();
+    // When a survivor may take it over (its wall clock is the store's here), on the monotonic clock.
+    let dies_at = crashed_at + (session.expires_at_ms + 250 + 1 - sim.clock.now_ms());
+    assert!(sim.run_while(crashed_at + 30_000, 10, |s| held.iter().all(|id| s.running_on(id).len() == 1)));
+    let claims: Vec<(u64, bool)> = sim
+        .log
+        .iter()
+        .filter(|e| e.at_mono_ms > crashed_at)
+        .filter_map(|e| match &e.command {
+            Command::Run { request: Op::Claim { id, listed, .. }, .. } if held.contains(id) => {
+                Some((e.at_mono_ms, listed.as_ref().is_some_and(|l| l.item.owner.as_deref() == Some("a"))))
+            }
+            _ => None,
+        })
+        .collect();
+    // Two survivors may race for one: every claim, the lost ones too, starts from the listing.
+    assert!(claims.len() >= held.len() && claims.iter().all(|(_, listed)| *listed), "{claims:?}");
+    let first = claims.iter().map(|(at, _)| *at).min().unwrap();
+    // The reads before the claims: orphan page, sessions, the owner index (5 ms each).
+    assert!((dies_at..=dies_at + 100).contains(&first), "first claim {first}, takeover possible from {dies_at}");
+}
+
 #[test]
 fn a_session_worker_ends_its_session_once_every_handler_has_returned_then_hints() {
     let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);

@@ -369,7 +369,7 @@ enum ClaimPhase {
         owner: String,
         epoch: u64,
         fence: u64,
-        item: Item,
+        item: LeaseItem,
     },
     Reread,
 }
@@ -406,6 +406,24 @@ impl ClaimInSession {
             ambiguous: false,
             takeover: false,
         })
+    }
+
+    /// The claim of work listed under the dead session `(listed.owner, epoch)` (as
+    /// [`super::OwnedBy`] read it): its first request is the takeover transaction, with no
+    /// UpdateItem that the sentinel expiry would refuse first. Whatever changed since the listing
+    /// (another claim, a release, a stop, an older epoch) cancels the transaction, which returns
+    /// the item as it is, and the claim decides again as [`ClaimInSession::new`] does. Work that
+    /// is not listed as held under a session is claimed as [`ClaimInSession::new`] claims it.
+    pub fn takeover(config: &TableConfig, listed: &LeaseItem, epoch: u64, session: &Session) -> crate::Result<Self> {
+        let mut claim = Self::new(config, &listed.id, session)?;
+        let started = listed.desired_state == Some(DesiredState::Started);
+        if let (Some(owner), true, Some(HELD_UNDER_SESSION_MS)) = (&listed.owner, started, listed.expires_at_ms) {
+            if *owner != session.owner || epoch != session.epoch {
+                claim.phase =
+                    ClaimPhase::Takeover { owner: owner.clone(), epoch, fence: listed.fence, item: listed.clone() };
+            }
+        }
+        Ok(claim)
     }
 
     fn claim_set(&self) -> (String, Vec<(&'static str, AttributeValue)>) {
@@ -536,7 +554,7 @@ impl ClaimInSession {
                     if owner == self.session.owner && epoch == self.session.epoch {
                         return Step::Fail(Error::Held { owner, expires_at_ms: self.session.expires_at_ms });
                     }
-                    ClaimPhase::Takeover { owner, epoch, fence: item.fence, item: attrs }
+                    ClaimPhase::Takeover { owner, epoch, fence: item.fence, item }
                 }
                 // A per-item lease that has not expired.
                 (owner, _) => return Step::Fail(Error::Held { owner: owner.unwrap_or_default(), expires_at_ms: exp }),
@@ -592,9 +610,8 @@ impl Operation for ClaimInSession {
                 ClaimPhase::Unowned => {
                     Step::Done(self.lease(item_from_attrs(&self.config, &out.attributes.unwrap_or_default())))
                 }
-                ClaimPhase::Takeover { fence, item, .. } => {
+                ClaimPhase::Takeover { fence, mut item, .. } => {
                     // A transaction returns no item: the connection is the one read, claimed.
-                    let mut item = item_from_attrs(&self.config, &item);
                     item.fence = fence + 1;
                     item.owner = Some(self.session.owner.clone());
                     item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);

@@ -1014,6 +1014,46 @@ mod session {
         assert_eq!(lease.deadline_mono_ms, 19_000);
     }
 
+    /// Work listed under a dead session (the owner index's answer) is taken over with the first
+    /// request: the transaction the claim of [`ClaimInSession::new`] sends second.
+    #[test]
+    fn work_listed_under_a_dead_session_is_taken_over_with_the_first_request() {
+        let listed = item_from_attrs(&cfg(), &held_under("old", 7, 4));
+        let mut op = ClaimInSession::takeover(&cfg(), &listed, 7, &session(19_000)).unwrap();
+        let (request, _) = sent(op.next(at(5)));
+        let (_, second) = takeover();
+        assert_eq!(request, Request::TransactWriteItems(second), "the same transaction, at once");
+        let lease = done(op.next(at(50).with(Answer::Ok(Output::default()))));
+        assert_eq!((lease.fence, lease.owner.as_str(), lease.last_seq), (5, "me", Some(41)));
+        // The listing was stale (released since): the item in the cancellation decides, at once.
+        let mut op = ClaimInSession::takeover(&cfg(), &listed, 7, &session(19_000)).unwrap();
+        op.next(at(0));
+        let released = stored("c1", Some("old"), Some(0), 4, Some(DesiredState::Started));
+        let reasons = vec![reason("None", None), reason("ConditionalCheckFailed", Some(released))];
+        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "send UpdateItem");
+        // A wrong epoch guess: the item's own epoch is taken over, at once.
+        let mut op = ClaimInSession::takeover(&cfg(), &listed, 8, &session(19_000)).unwrap();
+        let (Request::TransactWriteItems(t), _) = sent(op.next(at(0))) else { panic!() };
+        assert_eq!(t.transact_items[0].condition_check.as_ref().unwrap().expression_attribute_values[":epoch"], n(8));
+        let reasons = vec![reason("None", None), reason("ConditionalCheckFailed", Some(held_under("old", 7, 4)))];
+        let (Request::TransactWriteItems(t), _) = sent(op.next(at(50).with(Answer::TransactionCanceled { reasons })))
+        else {
+            panic!()
+        };
+        assert_eq!(t.transact_items[0].condition_check.as_ref().unwrap().expression_attribute_values[":epoch"], n(7));
+        assert_eq!(t.transact_items[1].update.as_ref().unwrap().expression_attribute_values[":old_epoch"], n(7));
+        // Not listed as held under a session (a per-item lease, our own session, released work):
+        // claimed as ClaimInSession::new claims, the UpdateItem first.
+        for other in [
+            item_from_attrs(&cfg(), &stored("c1", Some("b"), Some(NOW + 9_000), 2, Some(DesiredState::Started))),
+            item_from_attrs(&cfg(), &held_under("me", 3, 4)),
+            item_from_attrs(&cfg(), &stored("c1", None, Some(0), 0, Some(DesiredState::Started))),
+        ] {
+            let mut op = ClaimInSession::takeover(&cfg(), &other, 3, &session(19_000)).unwrap();
+            assert_eq!(summary(op.next(at(0))), "send UpdateItem", "{other:?}");
+        }
+    }
+
     #[test]
     fn a_takeover_refused_or_raced_decides_again() {
         // The old session lives: Held until its expiry.

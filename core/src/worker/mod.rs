@@ -556,10 +556,11 @@ impl Driver {
         let owner = self.shared.id.clone();
         let answer = |r: Result<Answer>| r.unwrap_or_else(Answer::Failed);
         match request {
-            Op::Claim { id, session } => async move {
-                let claimed = match session {
-                    None => store.acquire_started(&id, &owner).await,
-                    Some(session) => store.claim_in_session(&id, &session).await,
+            Op::Claim { id, session, listed } => async move {
+                let claimed = match (session, listed) {
+                    (None, _) => store.acquire_started(&id, &owner).await,
+                    (Some(session), None) => store.claim_in_session(&id, &session).await,
+                    (Some(session), Some(l)) => store.claim_listed_in_session(&l.item, l.epoch, &session).await,
                 };
                 answer(claimed.map(Answer::Lease))
             }
