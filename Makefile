@@ -21,6 +21,7 @@ test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python 
 
 lint:
 	$(CARGO) fmt --all --check
+	scripts/same-features.py leaselock-cli leaselock-python
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p leaselock --no-default-features -- -D warnings
 	scripts/install-wasm-target.sh build -p leaselock --no-default-features --target wasm32-unknown-unknown
@@ -97,11 +98,13 @@ services-stop:
 	scripts/services.sh stop
 
 # The mixed fleet (Rust, Python and Node workers), from a fresh clone: what it runs is built first.
+# The CLI and the Python binding are release builds of one feature set (scripts/same-features.py
+# in lint), so the second reuses every dependency the first compiled.
 demo:
 	scripts/services.sh install
-	scripts/python-binding.sh
-	scripts/build-wasm.sh
 	$(CARGO) build --release -q -p leaselock-cli
+	scripts/python-binding.sh --release
+	scripts/build-wasm.sh
 	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
 
 # make bench: every section merges its keys into bench/results/latest.json (bench/merge.py), then

@@ -87,9 +87,30 @@ pub(crate) fn seconds_left(deadline_ms: u64, now_ms: u64) -> f64 {
     (deadline_ms as f64 - now_ms as f64) / 1000.0
 }
 
+/// With `LEASELOCK_LOG` set (a filter such as `info` or `warn,leaselock::engine=debug`), the
+/// library's own logs go to stderr as the CLI writes them: timestamp, level, target, fields.
+/// Unset, it logs nothing (the application's logging is its own). A filter that does not parse
+/// is reported once on stderr.
+fn log_from_env() {
+    let Ok(spec) = std::env::var("LEASELOCK_LOG") else { return };
+    match tracing_subscriber::EnvFilter::try_new(&spec) {
+        Ok(filter) => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            // Another subscriber already installed in this process stays.
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+        Err(e) => eprintln!("leaselock: LEASELOCK_LOG={spec:?} ignored: {e}"),
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     runtime_threads_from_env().map_err(pyo3::exceptions::PyValueError::new_err)?;
+    log_from_env();
     errors::register(m)?;
     // The workspace version, the one the wheel's metadata carries too.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

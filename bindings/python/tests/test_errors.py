@@ -2,8 +2,10 @@
 settings refused by name."""
 
 import os
+import re
 import subprocess
 import sys
+from typing import Optional
 
 import leaselock
 
@@ -118,3 +120,50 @@ def test_version_is_the_crate_version() -> None:
 
     assert leaselock.__version__ == version("leaselock")
     assert leaselock.__version__.count(".") == 2
+
+
+_LOGGED_CLAIM = """
+import asyncio, sys, threading, leaselock
+table = leaselock.LeaseTable(sys.argv[1])
+table.start(sys.argv[2], "wss://feed.example/x")
+worker = leaselock.Worker(table, max_connections=1, orphan_interval_ms=200, metrics_interval_ms=600_000)
+handled = threading.Event()
+
+@worker.handler
+async def handle(conn):
+    handled.set()
+    await asyncio.sleep(3600)
+
+thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+thread.start()
+assert handled.wait(20), "the stream was not handled"
+worker.shutdown()
+thread.join(20)
+print("done")
+"""
+
+
+def _run_logged(log: Optional[str], table_name: str, id: str) -> "subprocess.CompletedProcess[str]":
+    env = {k: v for k, v in os.environ.items() if k != "LEASELOCK_LOG"}
+    if log is not None:
+        env["LEASELOCK_LOG"] = log
+    return subprocess.run(
+        [sys.executable, "-c", _LOGGED_CLAIM, table_name, id], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_leaselock_log_writes_the_librarys_logs_to_stderr_with_timestamps(table_name, ids) -> None:
+    run = _run_logged("leaselock=info", table_name, ids("logged"))
+    assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
+    claimed = [line for line in run.stderr.splitlines() if " claimed " in line and ids("logged") in line]
+    assert len(claimed) == 1, run.stderr
+    # As the CLI writes them: an RFC 3339 UTC timestamp, the level, the target; no colours off a terminal.
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +INFO leaselock::engine: claimed ", claimed[0]), claimed[0]
+    assert "\x1b[" not in run.stderr
+    # Unset: nothing from the library.
+    quiet = _run_logged(None, table_name, ids("quiet"))
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    # A filter that does not parse: said once, and the program runs on.
+    bad = _run_logged("leaselock=loud", table_name, ids("bad"))
+    assert bad.returncode == 0, bad.stderr
+    assert bad.stderr.count("LEASELOCK_LOG=") == 1 and "ignored" in bad.stderr, bad.stderr
