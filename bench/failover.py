@@ -108,10 +108,11 @@ def main() -> None:
             "per_failure_max_ms": session["per_failure_max_ms"],
             "steady": session.get("steady"),
             "rounds": session.get("rounds"),
-            "method": "session mode, real worker processes killed with SIGKILL (the busiest first, one replacement "
-            "started after each), unscaled; per stream the victim held: signal to the first answer of a consistent "
-            "read of its owner (every 50 ms) showing another owner (session claims carry no time), so samples err "
-            "high by up to one poll and one read.",
+            "method": "session mode, real worker processes killed with SIGKILL (the busiest first; one replacement "
+            "started after each and given time to take its share by balance before the next), unscaled; per stream "
+            "the victim held: signal to the claim as the claimer logged it (its wall clock when the claim's answer "
+            "arrived; session claims write no time on the item, and reading the table would add requests to the "
+            "engine the claims wait on).",
         }
     out = Path(__file__).resolve().parent / "results" / "failover.json"
     record = {"crash": crash, "graceful": graceful, "crash_scale": k}

@@ -464,13 +464,14 @@ def session_section(r: Dict[str, Any], ss: Dict[str, Any], crash_setup: Dict[str
         f"skew {fmt(skew)} ms, orphan and dead-session query every {fmt(orphan)} ms, **unscaled**: {fmt(ss.get('failures'))} "
         f"SIGKILLs of the busiest of {fmt(ss.get('workers'))} worker processes holding {fmt(ss.get('connections'))} streams, "
         f"{fmt(ss.get('samples'))} stream samples ({fmt(ss.get('moved_before_signal'))} streams handed over before the signal "
-        "left out). A session claim writes no time on the connection item, so the victim's unclaimed streams are read "
-        "every 50 ms (consistent BatchGetItems of the owner attribute alone, cheap for an engine that serves one "
-        "request at a time) and the claim instant is the arrival of the first answer showing another owner: the "
-        "samples err high by up to one poll and one read. The expected window: a crash just after a session renewal waits "
+        "left out; after each crash the replacement worker takes its share by balance before the next). A session claim "
+        "writes no time on the connection item, so the claim instant is the one the claimer logs as the claim's answer "
+        "arrives (`claimed`, its wall clock; all processes share one clock): reading the table instead would add "
+        "requests to the engine the claims wait on. The expected window: a crash just after a session renewal waits "
         f"lease + skew = {fmt((lease or 0) + (skew or 0))} ms for the session to be dead beyond the skew, one just before "
-        f"a renewal {fmt((lease or 0) - (renew or 0) + (skew or 0))} ms; then up to one query interval and the claims "
-        f"(one TransactWriteItems each). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
+        f"a renewal {fmt((lease or 0) - (renew or 0) + (skew or 0))} ms; the survivors read the fleet again at that "
+        "moment (not at their next orphan query), then claim (one TransactWriteItems each, sent first with the item "
+        "as the owner index listed it). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
         "",
         f"Writes per connection-hour: the lease table's item writes counted by the local engine (run with DynamoDB's "
         f"per-partition limits, so it bills and counts every write: `scripts/partition_limits.py`) over "
