@@ -124,6 +124,20 @@ pub trait LeaseStore: MaybeSendSync {
         let _ = epoch;
         self.claim_in_session(&listed.id, session).await
     }
+    /// Several connections listed under the dead session `epoch` of `owner`, taken over at once
+    /// ([`crate::protocol::TakeOverListed`]: one transaction for all of them): per listed item,
+    /// the lease, or `None` where the item is left to [`LeaseStore::claim_listed_in_session`].
+    /// A store without it leaves them all.
+    async fn take_over_listed(
+        &self,
+        owner: &str,
+        epoch: u64,
+        listed: Vec<LeaseItem>,
+        session: &Session,
+    ) -> Result<Vec<Option<Lease>>> {
+        let _ = (owner, epoch, session);
+        Ok(vec![None; listed.len()])
+    }
     /// Session items whose expiry is below `below_ms` (a claim cutoff: the dead ones; `u64::MAX`:
     /// all), oldest first.
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {

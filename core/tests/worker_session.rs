@@ -1,5 +1,5 @@
 //! Workers in session mode: one session renewal per renew interval for the whole worker, a
-//! crashed worker's work taken over as a dead session's (one transaction each) within
+//! crashed worker's work taken over as a dead session's (transactions of several at once) within
 //! lease + skew + a poll, a graceful shutdown that frees everything with one session write, and
 //! no two handlers of one id running at once. Lease 3 s, renew 1 s, skew 0.5 s.
 
@@ -146,6 +146,41 @@ async fn a_claim_answered_after_a_session_renewal_acts_until_the_renewed_deadlin
 /// A LeaseTable of its own (its own request counter) on `table`'s table.
 fn counted(table: &LeaseTable) -> LeaseTable {
     LeaseTable::new(table.client().clone(), table.config().clone()).unwrap()
+}
+
+/// A dead session's connections, claimed together, are taken over by transactions of several
+/// connections each (the claims the engine starts at once): fewer transactions than connections,
+/// never two handlers of one id at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_sessions_work_is_taken_over_in_transactions_of_several_on_dynamodb() {
+    let Some(sdk) = aws().await else { return };
+    let table = lease_table(&sdk, session_config()).await;
+    let ids = start_items(&table, "t", 24).await;
+    let tracker = Arc::new(Tracker::default());
+    let a = spawn_worker(Arc::new(counted(&table)), "a", &tracker);
+    wait_until(Duration::from_secs(30), "a holds 24", || a.handle.snapshot().held.len() == 24).await;
+    let mut before = Vec::new();
+    for id in &ids {
+        before.push(table.get(id).await.unwrap().unwrap());
+    }
+    let store_b = counted(&table);
+    let b = spawn_worker(Arc::new(store_b.clone()), "b", &tracker);
+    a.task.abort();
+    wait_until(Duration::from_secs(30), "b holds 24", || b.handle.snapshot().held.len() == 24).await;
+    assert_eq!(b.handle.snapshot().session_takeovers, 24);
+    let transactions = store_b.requests_sent().snapshot().get("TransactWriteItems").copied().unwrap_or(0);
+    eprintln!("{transactions} TransactWriteItems for 24 connections taken over");
+    // At most 16 claims start at once: two transactions, and a few more if a claim raced.
+    assert!((2..=6).contains(&transactions), "{transactions} transactions for 24 connections");
+    for old in before {
+        // Claimed by b, at a higher fence (+1, unless a claim's answer was lost under load and
+        // the work claimed again).
+        let now = table.get(&old.id).await.unwrap().unwrap();
+        assert!(now.owner.as_deref() == Some("b") && now.fence > old.fence, "{}: {now:?} after {old:?}", old.id);
+    }
+    assert_eq!(tracker.violations(), Vec::<String>::new());
+    b.handle.shutdown();
+    b.task.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -547,6 +547,16 @@ impl LeaseStore for LeaseTable {
         self.run(protocol::ClaimInSession::takeover(&self.config, listed, epoch, session)?).await
     }
 
+    async fn take_over_listed(
+        &self,
+        owner: &str,
+        epoch: u64,
+        listed: Vec<LeaseItem>,
+        session: &Session,
+    ) -> Result<Vec<Option<Lease>>> {
+        self.run(protocol::TakeOverListed::new(&self.config, owner, epoch, listed, session)?).await
+    }
+
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
         self.run(protocol::Sessions::new(&self.config, below_ms)).await
     }

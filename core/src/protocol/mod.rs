@@ -68,9 +68,12 @@ use serde::{Deserialize, Serialize};
 pub use election::{ListCandidates, RegisterCandidate, WithdrawCandidate};
 pub use fenced::{checkpoint_update, lease_condition, FencedWrite, MAX_FENCED_WRITES};
 pub use ops::{Acquire, Checkpoint, Release, Renew, Start, Stop};
+pub(crate) use reads::BatchGet;
 pub use reads::{BatchDesiredStates, CountByState, Get, Items, OrphansPage, OwnedBy, Sessions, BATCH_GET_MAX};
 pub use request::{CancellationReason, Output, Request};
-pub use session::{epoch_of, ClaimInSession, CreateSession, EndSession, RenewSession, RetireSession};
+pub use session::{
+    epoch_of, ClaimInSession, CreateSession, EndSession, RenewSession, RetireSession, TakeOverListed, TAKE_OVER_MAX,
+};
 pub use table::{orphan_index, owner_index, table_definition, CreateTable, CREATE_TABLE_WAIT_MS};
 pub use value::{item_from_attrs, key, n, s, AttributeValue, Item};
 

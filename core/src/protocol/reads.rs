@@ -71,15 +71,15 @@ impl Operation for Get {
 /// Consistent BatchGetItems of `ids` (in chunks of [`BATCH_GET_MAX`]), asking again for the
 /// unprocessed keys; gives every item found under the config's names.
 #[derive(Debug, Clone)]
-struct BatchGet {
+pub(crate) struct BatchGet {
     config: TableConfig,
     chunks: Vec<Vec<Item>>,
     projection: Option<(String, BTreeMap<String, String>)>,
-    found: Vec<LeaseItem>,
+    pub(crate) found: Vec<LeaseItem>,
 }
 
 impl BatchGet {
-    fn new(config: &TableConfig, ids: &[&str], projection: Option<(&str, &[(&str, &str)])>) -> Self {
+    pub(crate) fn new(config: &TableConfig, ids: &[&str], projection: Option<(&str, &[(&str, &str)])>) -> Self {
         let keys: Vec<Item> = ids.iter().map(|id| key(config, id)).collect();
         let mut chunks: Vec<Vec<Item>> = keys.chunks(BATCH_GET_MAX).map(<[Item]>::to_vec).collect();
         chunks.reverse();
@@ -99,12 +99,12 @@ impl BatchGet {
     }
 
     /// The first request, or `None` when there is nothing to read.
-    fn first(&mut self) -> Option<Request> {
+    pub(crate) fn first(&mut self) -> Option<Request> {
         self.chunks.pop().map(|keys| self.request(keys))
     }
 
     /// Takes in one answer; the next request, or `None` when every key was read.
-    fn take(&mut self, out: Output) -> Option<Request> {
+    pub(crate) fn take(&mut self, out: Output) -> Option<Request> {
         let table = &self.config.table_name;
         for attrs in out.responses.and_then(|mut r| r.remove(table)).unwrap_or_default() {
             self.found.push(item_from_attrs(&self.config, &attrs));

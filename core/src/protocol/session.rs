@@ -596,6 +596,254 @@ impl ClaimInSession {
     }
 }
 
+/// Connections one [`TakeOverListed`] takes: a transaction holds at most 100 actions, one of
+/// them the check of the dead session.
+pub const TAKE_OVER_MAX: usize = 99;
+
+/// What the transaction did to one listed connection.
+#[derive(Debug, Clone, PartialEq)]
+enum Listed {
+    /// In the next transaction.
+    Pending,
+    Taken(Lease),
+    /// Left to a claim of its own ([`ClaimInSession::takeover`], which decides from what the item
+    /// is now): it changed since the listing, the session lives, or the batch failed.
+    Left,
+}
+
+/// Several connections listed under one dead session, taken over under `session` with one
+/// TransactWriteItems: the ConditionCheck of [`ClaimInSession`]'s takeover on the dead session's
+/// item and one Update per connection, each conditioned on the owner, epoch and fence it was
+/// listed with (the same writes as that many takeovers, all or none). Output, per listed item in
+/// order: the lease, or `None` where the connection was left to a claim of its own.
+///
+/// A cancellation naming connections that changed since the listing leaves them out and sends
+/// the rest again; a conflict with another transaction is retried after a pause within the
+/// budget; a live session leaves them all. An answer that may or may not have been applied is
+/// settled by a consistent read of the connections: those held under `session` at the fence the
+/// takeover writes are taken. Every other failure leaves them all.
+#[derive(Debug, Clone)]
+pub struct TakeOverListed {
+    config: TableConfig,
+    session: Session,
+    owner: String,
+    epoch: u64,
+    items: Vec<LeaseItem>,
+    state: Vec<Listed>,
+    budget: Budget,
+    /// Connections left out after a cancellation were sent again at once; the next time pauses.
+    resent: bool,
+    /// After an ambiguous answer: the consistent read of the pending connections and its
+    /// request in flight.
+    reread: Option<(super::BatchGet, Request)>,
+}
+
+impl TakeOverListed {
+    /// `listed`: at most [`TAKE_OVER_MAX`] connections as read under the dead session `epoch` of
+    /// `owner`. One listed otherwise (another owner, not held under a session, stopped) is left
+    /// at once.
+    pub fn new(
+        config: &TableConfig,
+        owner: &str,
+        epoch: u64,
+        listed: Vec<LeaseItem>,
+        session: &Session,
+    ) -> crate::Result<Self> {
+        validate_id("owner", owner)?;
+        if listed.is_empty() || listed.len() > TAKE_OVER_MAX {
+            return Err(Error::InvalidInput {
+                field: "listed".into(),
+                message: format!("1 to {TAKE_OVER_MAX} connections, not {}", listed.len()),
+            });
+        }
+        let mut ids = std::collections::HashSet::new();
+        let state = listed
+            .iter()
+            .map(|item| {
+                let held = item.owner.as_deref() == Some(owner)
+                    && item.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
+                    && item.desired_state == Some(DesiredState::Started)
+                    && (owner != session.owner || epoch != session.epoch);
+                if held && ids.insert(item.id.clone()) {
+                    Listed::Pending
+                } else {
+                    Listed::Left
+                }
+            })
+            .collect();
+        Ok(Self {
+            config: config.clone(),
+            session: session.clone(),
+            owner: owner.into(),
+            epoch,
+            items: listed,
+            state,
+            budget: Budget::lease(config.renew_ms()),
+            resent: false,
+            reread: None,
+        })
+    }
+
+    fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.items.len()).filter(|i| self.state[*i] == Listed::Pending)
+    }
+
+    fn output(&mut self) -> Step<Vec<Option<Lease>>> {
+        let state = std::mem::take(&mut self.state);
+        Step::Done(
+            state
+                .into_iter()
+                .map(|s| match s {
+                    Listed::Taken(lease) => Some(lease),
+                    Listed::Pending | Listed::Left => None,
+                })
+                .collect(),
+        )
+    }
+
+    fn leave_pending(&mut self) -> Step<Vec<Option<Lease>>> {
+        for s in &mut self.state {
+            if *s == Listed::Pending {
+                *s = Listed::Left;
+            }
+        }
+        self.output()
+    }
+
+    fn lease(&self, i: usize) -> Lease {
+        let mut item = self.items[i].clone();
+        item.fence += 1;
+        item.owner = Some(self.session.owner.clone());
+        item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);
+        let mut lease = Lease::from_item(item, &self.session.owner, 0, &self.config);
+        self.session.cover(&mut lease);
+        lease
+    }
+
+    fn send(&mut self, input: &Input) -> Step<Vec<Option<Lease>>> {
+        let pending: Vec<usize> = self.pending().collect();
+        if pending.is_empty() {
+            return self.output();
+        }
+        let mut items = Vec::with_capacity(pending.len() + 1);
+        for (n, i) in pending.iter().enumerate() {
+            let claim = ClaimInSession::new(&self.config, &self.items[*i].id, &self.session);
+            let Ok(claim) = claim else { return self.leave_pending() };
+            let Request::TransactWriteItems(t) =
+                claim.takeover_request(input, &self.owner, self.epoch, self.items[*i].fence)
+            else {
+                return super::unexpected();
+            };
+            let mut actions = t.transact_items.into_iter();
+            let (check, update) = (actions.next(), actions.next());
+            if n == 0 {
+                items.extend(check);
+            }
+            items.extend(update);
+        }
+        self.budget.send(
+            input.mono_ms,
+            Request::TransactWriteItems(TransactWriteItems { transact_items: items, client_request_token: None }),
+        )
+    }
+
+    fn cancelled(&mut self, reasons: Vec<CancellationReason>, input: &Input) -> Step<Vec<Option<Lease>>> {
+        let code = |r: Option<&CancellationReason>| r.and_then(|r| r.code.clone()).unwrap_or_else(|| "None".into());
+        if code(reasons.first()) == "ConditionalCheckFailed" {
+            // The dead session's item says it lives (or came back): no takeover.
+            return self.leave_pending();
+        }
+        let pending: Vec<usize> = self.pending().collect();
+        let mut changed = false;
+        for (n, i) in pending.iter().enumerate() {
+            match code(reasons.get(n + 1)).as_str() {
+                "None" | "TransactionConflict" => {}
+                "ConditionalCheckFailed" => {
+                    self.state[*i] = Listed::Left;
+                    changed = true;
+                }
+                _ => return self.leave_pending(),
+            }
+        }
+        let conflict = reasons.iter().any(|r| r.code.as_deref() == Some("TransactionConflict"));
+        if conflict {
+            return self.budget.pause(input, Cause::Throttled);
+        }
+        if !changed {
+            return self.leave_pending();
+        }
+        if self.resent {
+            return self.budget.pause(input, Cause::Contention);
+        }
+        self.resent = true;
+        self.send(input)
+    }
+
+    /// After an answer that may have been applied: what the connections say now.
+    fn reread(&mut self, input: &mut Input) -> Step<Vec<Option<Lease>>> {
+        let Some((batch, request)) = self.reread.as_mut() else { return self.leave_pending() };
+        let Some(answer) = input.answer.take() else {
+            return self.budget.send(input.mono_ms, request.clone());
+        };
+        let out = match super::read_answer(&mut self.budget, input, answer, &self.config.table_name) {
+            Ok(out) => out,
+            Err(Step::Fail(_)) => return self.leave_pending(),
+            Err(step) => return step,
+        };
+        if let Some(next) = batch.take(out) {
+            *request = next.clone();
+            return self.budget.send(input.mono_ms, next);
+        }
+        let found = std::mem::take(&mut batch.found);
+        for i in self.pending().collect::<Vec<_>>() {
+            let listed = &self.items[i];
+            let ours = found.iter().any(|f| {
+                f.id == listed.id
+                    && f.owner.as_deref() == Some(self.session.owner.as_str())
+                    && f.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
+                    && f.fence == listed.fence + 1
+            });
+            self.state[i] = if ours { Listed::Taken(self.lease(i)) } else { Listed::Left };
+        }
+        self.output()
+    }
+}
+
+impl Operation for TakeOverListed {
+    type Output = Vec<Option<Lease>>;
+    fn next(&mut self, mut input: Input) -> Step<Vec<Option<Lease>>> {
+        if self.reread.is_some() {
+            return self.reread(&mut input);
+        }
+        let Some(answer) = input.answer.take() else {
+            if self.session.is_past_deadline(input.mono_ms) {
+                return self.leave_pending();
+            }
+            return self.send(&input);
+        };
+        match triage(answer, &self.config.table_name) {
+            Triage::Ok(_) => {
+                for i in self.pending().collect::<Vec<_>>() {
+                    self.state[i] = Listed::Taken(self.lease(i));
+                }
+                self.output()
+            }
+            Triage::Canceled(reasons) => self.cancelled(reasons, &input),
+            Triage::Ambiguous => {
+                tracing::warn!(owner = %self.owner, "takeover outcome unknown, re-reading");
+                self.budget.maybe_applied = true;
+                let ids: Vec<&str> = self.pending().map(|i| self.items[i].id.as_str()).collect();
+                let mut batch = super::BatchGet::new(&self.config, &ids, None);
+                let Some(request) = batch.first() else { return self.leave_pending() };
+                self.reread = Some((batch, request));
+                self.reread(&mut input)
+            }
+            Triage::Retry(cause) => self.budget.pause(&input, cause),
+            Triage::Condition(_) | Triage::Fail(_) => self.leave_pending(),
+        }
+    }
+}
+
 impl Operation for ClaimInSession {
     type Output = Lease;
     fn next(&mut self, mut input: Input) -> Step<Lease> {

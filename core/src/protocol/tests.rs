@@ -789,7 +789,7 @@ fn create_table_adds_the_owner_index_to_a_table_that_lacks_it() {
 mod session {
     use super::*;
     use crate::lease::HELD_UNDER_SESSION_MS;
-    use crate::Session;
+    use crate::{LeaseItem, Session};
 
     fn session(deadline: u64) -> Session {
         Session { owner: "me".into(), epoch: 3, expires_at_ms: NOW + 20_000, deadline_mono_ms: deadline }
@@ -1052,6 +1052,130 @@ mod session {
             let mut op = ClaimInSession::takeover(&cfg(), &other, 3, &session(19_000)).unwrap();
             assert_eq!(summary(op.next(at(0))), "send UpdateItem", "{other:?}");
         }
+    }
+
+    /// `n` connections c0.. listed under the dead session 7 of "old", at fence 4.
+    fn listed(n: usize) -> Vec<LeaseItem> {
+        (0..n)
+            .map(|i| {
+                let mut attrs = held_under("old", 7, 4);
+                attrs.insert("connection_id".into(), s(format!("c{i}")));
+                item_from_attrs(&cfg(), &attrs)
+            })
+            .collect()
+    }
+
+    fn transaction<T: std::fmt::Debug>(step: Step<T>) -> TransactWriteItems {
+        match sent(step).0 {
+            Request::TransactWriteItems(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn updated_ids(t: &TransactWriteItems) -> Vec<String> {
+        t.transact_items
+            .iter()
+            .filter_map(|a| a.update.as_ref())
+            .map(|u| u.key["connection_id"].as_s().unwrap().to_string())
+            .collect()
+    }
+
+    /// One transaction for several connections of one dead session: the takeover's check once,
+    /// then each connection's takeover Update, all or none.
+    #[test]
+    fn connections_listed_under_one_dead_session_are_taken_over_in_one_transaction() {
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(3), &session(19_000)).unwrap();
+        let t = transaction(op.next(at(5)));
+        let (_, single) = takeover();
+        assert_eq!(t.transact_items.len(), 4);
+        assert_eq!(t.transact_items[0], single.transact_items[0], "the dead session's check, as one takeover's");
+        assert_eq!(updated_ids(&t), ["c0", "c1", "c2"]);
+        let mut first = t.transact_items[1].update.clone().unwrap();
+        first.key = single.transact_items[1].update.as_ref().unwrap().key.clone();
+        assert_eq!(Some(&first), single.transact_items[1].update.as_ref(), "each Update as one takeover's");
+        let leases = done(op.next(at(50).with(Answer::Ok(Output::default()))));
+        assert!(leases
+            .iter()
+            .all(|l| l.as_ref().is_some_and(|l| l.fence == 5 && l.owner == "me" && l.deadline_mono_ms == 19_000)));
+        assert_eq!(leases.iter().map(|l| l.as_ref().unwrap().id.clone()).collect::<Vec<_>>(), ["c0", "c1", "c2"]);
+    }
+
+    #[test]
+    fn a_batch_leaves_what_changed_and_takes_the_rest() {
+        // c1 changed since the listing: left to a claim of its own; the rest sent again at once.
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(3), &session(19_000)).unwrap();
+        op.next(at(5));
+        let reasons = vec![
+            reason("None", None),
+            reason("None", None),
+            reason("ConditionalCheckFailed", None),
+            reason("None", None),
+        ];
+        let t = transaction(op.next(at(50).with(Answer::TransactionCanceled { reasons })));
+        assert_eq!(updated_ids(&t), ["c0", "c2"]);
+        let leases = done(op.next(at(90).with(Answer::Ok(Output::default()))));
+        assert_eq!(leases.iter().map(Option::is_some).collect::<Vec<_>>(), [true, false, true]);
+        // The dead session's item says it lives: every connection left.
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+        op.next(at(5));
+        let reasons = vec![
+            reason("ConditionalCheckFailed", Some(session_item(NOW + 7_000, 7))),
+            reason("None", None),
+            reason("None", None),
+        ];
+        assert_eq!(done(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), vec![None, None]);
+        // A conflict with another transaction: the same transaction again after a pause.
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+        op.next(at(5));
+        let reasons = vec![reason("None", None), reason("TransactionConflict", None), reason("None", None)];
+        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
+        assert_eq!(updated_ids(&transaction(op.next(at(600)))), ["c0", "c1"]);
+        // Refused for good (access denied): every connection left, no error.
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+        op.next(at(5));
+        assert_eq!(done(op.next(at(50).with(Answer::AccessDenied("no".into())))), vec![None, None]);
+        // Past the session's deadline: nothing sent.
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+        assert_eq!(done(op.next(at(19_000))), vec![None, None]);
+    }
+
+    #[test]
+    fn an_unknown_batch_outcome_is_settled_by_reading_the_connections() {
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+        op.next(at(5));
+        let (request, _) = sent(op.next(at(2_000).with(Answer::Ambiguous("timeout".into()))));
+        let Request::BatchGetItem(b) = request else { panic!("{request:?}") };
+        assert_eq!(b.request_items[&cfg().table_name].consistent_read, Some(true));
+        // c0 is ours at the fence the takeover writes; c1 is still the dead session's.
+        let mut ours = held_under("me", 3, 5);
+        ours.insert("connection_id".into(), s("c0"));
+        let mut theirs = held_under("old", 7, 4);
+        theirs.insert("connection_id".into(), s("c1"));
+        let out = Output {
+            responses: Some(std::collections::BTreeMap::from([(cfg().table_name.clone(), vec![ours, theirs])])),
+            ..Output::default()
+        };
+        let leases = done(op.next(at(2_010).with(Answer::Ok(out))));
+        assert_eq!((leases[0].as_ref().map(|l| l.fence), leases[1].is_some()), (Some(5), false));
+    }
+
+    #[test]
+    fn a_batch_takes_1_to_99_connections_held_under_the_dead_session() {
+        for n in [0, TAKE_OVER_MAX + 1] {
+            let e = TakeOverListed::new(&cfg(), "old", 7, listed(n), &session(19_000)).unwrap_err();
+            assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "listed"), "{e:?}");
+        }
+        assert_eq!(TAKE_OVER_MAX, 99);
+        // Not held under that session (released since, a per-item lease, a repeat): left at once.
+        let mut items = listed(3);
+        items[1].expires_at_ms = Some(0);
+        items[2] = items[0].clone();
+        let mut op = TakeOverListed::new(&cfg(), "old", 7, items, &session(19_000)).unwrap();
+        assert_eq!(updated_ids(&transaction(op.next(at(5)))), ["c0"]);
+        assert_eq!(
+            done(op.next(at(50).with(Answer::Ok(Output::default())))).iter().map(Option::is_some).collect::<Vec<_>>(),
+            [true, false, false]
+        );
     }
 
     #[test]
