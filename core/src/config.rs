@@ -139,8 +139,13 @@ pub const MAX_ORPHAN_SHARDS: u32 = 256;
 /// (FNV-1a's low bits alone spread ids that differ in a digit badly), modulo `shards`. Stable
 /// across releases and languages, so any writer can compute it.
 pub fn orphan_shard_of(id: &str, shards: u32) -> u32 {
+    (mixed_hash(id.bytes()) % u64::from(shards.max(1))) as u32
+}
+
+/// 64-bit FNV-1a of `bytes`, mixed by MurmurHash3's 64-bit finalizer.
+pub(crate) fn mixed_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in id.bytes() {
+    for b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -149,7 +154,7 @@ pub fn orphan_shard_of(id: &str, shards: u32) -> u32 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^= h >> 33;
-    (h % u64::from(shards.max(1))) as u32
+    h
 }
 
 /// The default GSI name: `desired_state` partition, `lease_expires_at_ms` sort.

@@ -466,6 +466,14 @@ struct DeadSession {
     ids: Vec<String>,
 }
 
+/// Of `owners`, the one that ranks highest for connection `id` (rendezvous hashing): every
+/// worker reading the same live sessions picks the same one, and a worker leaving moves only
+/// what it ranked first for.
+fn rendezvous_winner<'a>(owners: &'a [String], id: &str) -> Option<&'a String> {
+    let weight = |owner: &String| crate::config::mixed_hash(owner.bytes().chain([0]).chain(id.bytes()));
+    owners.iter().max_by_key(|o| (weight(o), *o))
+}
+
 /// The work a dead session leaves to the fleet, in balance terms: what its owner last reported
 /// less what this worker has claimed of it, and never less than what is still listed under it.
 /// A peer that claimed some of it reports them only at its next renewal; counting only what is
@@ -505,6 +513,8 @@ struct OrphanRound {
     dead_listed: HashMap<String, Listed>,
     /// When the first live peer session, renewed no more, could be taken over (monotonic ms).
     peer_dies_at_mono_ms: Option<u64>,
+    /// The owners of the live sessions, this worker's among them.
+    live_owners: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -1305,9 +1315,18 @@ impl Engine {
             .filter(|at| *at > wall)
             .min()
             .map(|at| mono + (at - wall));
+        let owners: Vec<(String, u64, u64)> = sessions.iter().map(|s| (s.owner.clone(), s.epoch, s.expires_at_ms)).collect();
         let (peers, dead) =
             self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
         round.peers = Some(peers);
+        let me = &self.settings.worker_id;
+        let is_dead = |owner: &String, epoch: u64| dead.iter().any(|d| &d.owner == owner && d.epoch == epoch);
+        round.live_owners = owners
+            .into_iter()
+            .filter(|(owner, epoch, expires)| *expires > 0 && owner != me && !is_dead(owner, *epoch))
+            .map(|(owner, ..)| owner)
+            .chain(std::iter::once(me.clone()))
+            .collect();
         let reclaim_own = std::mem::take(&mut self.reclaim_own);
         for (owner, epoch) in dead_session_owners(&dead, &self.settings.worker_id, reclaim_own) {
             self.run(Op::OwnedBy { owner: owner.clone() }, Pending::Owned { owner, epoch });
@@ -1408,6 +1427,11 @@ impl Engine {
                 let mut ids = dead.ids;
                 if self.balanced() {
                     self.shuffle(&mut ids);
+                    // The survivors start with different connections: first those this worker
+                    // ranks highest for among the live workers (rendezvous hashing), so their
+                    // takeovers seldom race for one.
+                    let me = &self.settings.worker_id;
+                    ids.sort_by_cached_key(|id| rendezvous_winner(&round.live_owners, id) != Some(me));
                 }
                 if own_work {
                     round.own_wanted += ids.len();

@@ -112,7 +112,8 @@ fn a_crashed_workers_work_is_held_again_within_lease_skew_and_3_s() {
 
 /// A peer session that stops renewing is taken over once its expiry is past the skew, not at
 /// the survivors' next orphan poll (10 s apart here), and each of its connections is claimed
-/// with the item as it was listed under it (the takeover is the claim's first request).
+/// with the item as it was listed under it (the takeover is the claim's first request), the
+/// survivors starting with different connections.
 #[test]
 fn a_dead_session_is_taken_over_when_it_expires_not_at_the_next_poll() {
     let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
@@ -141,8 +142,11 @@ fn a_dead_session_is_taken_over_when_it_expires_not_at_the_next_poll() {
             _ => None,
         })
         .collect();
-    // Two survivors may race for one: every claim, the lost ones too, starts from the listing.
-    assert!(claims.len() >= held.len() && claims.iter().all(|(_, listed)| *listed), "{claims:?}");
+    // Every claim, one lost to the other survivor too, starts from the listing; the survivors
+    // start with different connections (rendezvous ranking), so they seldom race: 23 claims for
+    // 19 connections when each took them in a random order of its own.
+    assert!(claims.iter().all(|(_, listed)| *listed), "{claims:?}");
+    assert!((held.len()..=held.len() + 2).contains(&claims.len()), "{} claims for {}", claims.len(), held.len());
     let first = claims.iter().map(|(at, _)| *at).min().unwrap();
     // The reads before the claims: orphan page, sessions, the owner index (5 ms each).
     assert!((dies_at..=dies_at + 100).contains(&first), "first claim {first}, takeover possible from {dies_at}");
