@@ -1315,7 +1315,8 @@ impl Engine {
             .filter(|at| *at > wall)
             .min()
             .map(|at| mono + (at - wall));
-        let owners: Vec<(String, u64, u64)> = sessions.iter().map(|s| (s.owner.clone(), s.epoch, s.expires_at_ms)).collect();
+        let owners: Vec<(String, u64, u64)> =
+            sessions.iter().map(|s| (s.owner.clone(), s.epoch, s.expires_at_ms)).collect();
         let (peers, dead) =
             self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
         round.peers = Some(peers);
