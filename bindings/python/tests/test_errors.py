@@ -153,8 +153,9 @@ def _run_logged(log: Optional[str], table_name: str, id: str) -> "subprocess.Com
 
 
 def test_leaselock_log_writes_the_librarys_logs_to_stderr_with_timestamps(table_name, ids) -> None:
+    # stdout: the worker's metrics line (EMF) at shutdown, then the script's "done".
     run = _run_logged("leaselock=info", table_name, ids("logged"))
-    assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "done", run.stderr
     claimed = [line for line in run.stderr.splitlines() if " claimed " in line and ids("logged") in line]
     assert len(claimed) == 1, run.stderr
     # As the CLI writes them: an RFC 3339 UTC timestamp, the level, the target; no colours off a terminal.
@@ -162,7 +163,7 @@ def test_leaselock_log_writes_the_librarys_logs_to_stderr_with_timestamps(table_
     assert "\x1b[" not in run.stderr
     # Unset: nothing from the library.
     quiet = _run_logged(None, table_name, ids("quiet"))
-    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.returncode == 0 and quiet.stdout.splitlines()[-1] == "done" and quiet.stderr == "", quiet.stderr
     # A filter that does not parse: said once, and the program runs on.
     bad = _run_logged("leaselock=loud", table_name, ids("bad"))
     assert bad.returncode == 0, bad.stderr
