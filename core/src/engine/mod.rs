@@ -466,12 +466,18 @@ struct DeadSession {
     ids: Vec<String>,
 }
 
-/// Of `owners`, the one that ranks highest for connection `id` (rendezvous hashing): every
-/// worker reading the same live sessions picks the same one, and a worker leaving moves only
-/// what it ranked first for.
-fn rendezvous_winner<'a>(owners: &'a [String], id: &str) -> Option<&'a String> {
-    let weight = |owner: &String| crate::config::mixed_hash(owner.bytes().chain([0]).chain(id.bytes()));
-    owners.iter().max_by_key(|o| (weight(o), *o))
+/// Where a dead session's connection `id` stands in the claims of worker `me`, by rendezvous
+/// hashing over the live workers `owners` (every worker reading the same sessions ranks alike):
+/// first the connections `me` weighs highest for, heaviest first; then those another worker
+/// weighs highest for, lightest first. That worker starts from the other end of the same list,
+/// so two survivors meet on a connection only when both go past their own.
+fn claim_rank(owners: &[String], me: &str, id: &str) -> (bool, u64) {
+    let weight = |owner: &str| crate::config::mixed_hash(owner.bytes().chain([0]).chain(id.bytes()));
+    match owners.iter().max_by_key(|o| (weight(o), *o)) {
+        Some(winner) if winner == me => (false, u64::MAX - weight(me)),
+        Some(winner) => (true, weight(winner)),
+        None => (true, 0),
+    }
 }
 
 /// The work a dead session leaves to the fleet, in balance terms: what its owner last reported
@@ -1428,11 +1434,10 @@ impl Engine {
                 let mut ids = dead.ids;
                 if self.balanced() {
                     self.shuffle(&mut ids);
-                    // The survivors start with different connections: first those this worker
-                    // ranks highest for among the live workers (rendezvous hashing), so their
+                    // The survivors take different connections (rendezvous ranking), so their
                     // takeovers seldom race for one.
                     let me = &self.settings.worker_id;
-                    ids.sort_by_cached_key(|id| rendezvous_winner(&round.live_owners, id) != Some(me));
+                    ids.sort_by_cached_key(|id| claim_rank(&round.live_owners, me, id));
                 }
                 if own_work {
                     round.own_wanted += ids.len();

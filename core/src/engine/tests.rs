@@ -142,11 +142,11 @@ fn a_dead_session_is_taken_over_when_it_expires_not_at_the_next_poll() {
             _ => None,
         })
         .collect();
-    // Every claim, one lost to the other survivor too, starts from the listing; the survivors
-    // start with different connections (rendezvous ranking), so they seldom race: 23 claims for
-    // 19 connections when each took them in a random order of its own.
+    // Every claim starts from the listing, and the survivors take different connections
+    // (rendezvous ranking, each from its own end): one claim per connection. In a random order
+    // of each survivor's own they made 23 claims for these 19; taking their own first, 20.
     assert!(claims.iter().all(|(_, listed)| *listed), "{claims:?}");
-    assert!((held.len()..=held.len() + 2).contains(&claims.len()), "{} claims for {}", claims.len(), held.len());
+    assert_eq!(claims.len(), held.len(), "{claims:?}");
     let first = claims.iter().map(|(at, _)| *at).min().unwrap();
     // The reads before the claims: orphan page, sessions, the owner index (5 ms each).
     assert!((dies_at..=dies_at + 100).contains(&first), "first claim {first}, takeover possible from {dies_at}");
