@@ -470,8 +470,9 @@ def session_section(r: Dict[str, Any], ss: Dict[str, Any], crash_setup: Dict[str
         "requests to the engine the claims wait on. The expected window: a crash just after a session renewal waits "
         f"lease + skew = {fmt((lease or 0) + (skew or 0))} ms for the session to be dead beyond the skew, one just before "
         f"a renewal {fmt((lease or 0) - (renew or 0) + (skew or 0))} ms; the survivors read the fleet again at that "
-        "moment (not at their next orphan query), then claim (one TransactWriteItems each, sent first with the item "
-        "as the owner index listed it). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
+        "moment (not at their next orphan query), then claim: each survivor takes the connections it ranks highest for "
+        "among the live workers (rendezvous hashing) with TransactWriteItems of several connections each (the dead "
+        "session's check once, each connection's takeover Update, conditioned on the item as the owner index listed it). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
         "",
         f"Writes per connection-hour: the lease table's item writes counted by the local engine (run with DynamoDB's "
         f"per-partition limits, so it bills and counts every write: `scripts/partition_limits.py`) over "
