@@ -200,7 +200,9 @@ test('a Worker in session mode: one session for everything; a session rewritten 
   const marked = checkpoints();
   await new Promise((resolve) => setTimeout(resolve, 10 * FAST.renewMs));
   const renewals = updates() - mark - (checkpoints() - marked);
-  assert.ok(renewals >= 5 && renewals <= 12, `${renewals} session renewals in 10 renew intervals`);
+  // Per-connection renewals would be 30 or more. The window's edges can count a checkpoint in
+  // flight, and a poll can retire another test's dead session (one UpdateItem) inside it.
+  assert.ok(renewals >= 5 && renewals <= 15, `${renewals} session renewals in 10 renew intervals`);
 
   // Behind its back: the session item gets another epoch (and an expiry that is running out).
   const first = new Map(ids.map((id) => [id, conns.get(id)]));
