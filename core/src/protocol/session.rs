@@ -416,12 +416,9 @@ impl ClaimInSession {
     /// is not listed as held under a session is claimed as [`ClaimInSession::new`] claims it.
     pub fn takeover(config: &TableConfig, listed: &LeaseItem, epoch: u64, session: &Session) -> crate::Result<Self> {
         let mut claim = Self::new(config, &listed.id, session)?;
-        let started = listed.desired_state == Some(DesiredState::Started);
-        if let (Some(owner), true, Some(HELD_UNDER_SESSION_MS)) = (&listed.owner, started, listed.expires_at_ms) {
-            if *owner != session.owner || epoch != session.epoch {
-                claim.phase =
-                    ClaimPhase::Takeover { owner: owner.clone(), epoch, fence: listed.fence, item: listed.clone() };
-            }
+        if let Some(owner) = listed.owner.as_deref().filter(|o| held_under_another(listed, o, epoch, session)) {
+            claim.phase =
+                ClaimPhase::Takeover { owner: owner.to_string(), epoch, fence: listed.fence, item: listed.clone() };
         }
         Ok(claim)
     }
@@ -596,6 +593,14 @@ impl ClaimInSession {
     }
 }
 
+/// Whether `listed` is STARTED work held (the sentinel) under the session `epoch` of `owner`, a
+/// session other than `session`: work a takeover may be sent for as listed.
+fn held_under_another(listed: &LeaseItem, owner: &str, epoch: u64, session: &Session) -> bool {
+    listed.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
+        && listed.desired_state == Some(DesiredState::Started)
+        && (owner != session.owner || epoch != session.epoch)
+}
+
 /// Connections one [`TakeOverListed`] takes: a transaction holds at most 100 actions, one of
 /// them the check of the dead session.
 pub const TAKE_OVER_MAX: usize = 99;
@@ -660,10 +665,7 @@ impl TakeOverListed {
         let state = listed
             .iter()
             .map(|item| {
-                let held = item.owner.as_deref() == Some(owner)
-                    && item.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
-                    && item.desired_state == Some(DesiredState::Started)
-                    && (owner != session.owner || epoch != session.epoch);
+                let held = item.owner.as_deref() == Some(owner) && held_under_another(item, owner, epoch, session);
                 if held && ids.insert(item.id.clone()) {
                     Listed::Pending
                 } else {
