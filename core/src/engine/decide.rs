@@ -85,6 +85,11 @@ pub const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(2);
 pub const CLAIM_CONCURRENCY: usize = 16;
 /// Claims in flight at once from one batch of hints.
 pub const HINT_CLAIM_CONCURRENCY: usize = 10;
+/// How long a batch of hints whose claims are still in flight holds the next long poll back.
+/// A batch answered sooner (the usual case) runs one poll at a time; a slower one (its claims
+/// wait on a loaded table) lets the hints of a hand-over that trickle in meanwhile be received
+/// at once, not after the whole batch.
+pub const HINT_POLL_OVERLAP_MS: u64 = 200;
 
 /// How much of a `[0, 1)` random draw moves a periodic interval: ±20 %.
 pub const JITTER_FRACTION: f64 = 0.2;

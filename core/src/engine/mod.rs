@@ -33,7 +33,7 @@ use decide::{
     desired_state_phase_ms, hint_batch_size, hint_retry_ms, is_fleet_work, jittered_ms, moves_with_session,
     orphan_counts, orphan_query_cutoff, orphan_retry_ms, plan_orphans, releases_after_handler, session_retry_ms,
     session_wake_at, stopped_ids, Balancer, CancelReason, ClaimFailure, FleetView, OrphanPoll, PeerSession,
-    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY,
+    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY, HINT_POLL_OVERLAP_MS,
 };
 
 /// An operation's id, echoed back with its answer.
@@ -543,12 +543,15 @@ struct HintBatch {
     hinted: u64,
 }
 
+/// The hint queue's long poll. While a batch's claims are in flight the next poll waits
+/// [`HINT_POLL_OVERLAP_MS`] (a batch answered within it runs one poll at a time), then opens:
+/// the hints of a hand-over that trickles in while the batch's claims wait on a slow table are
+/// received at once, not after the whole batch.
 #[derive(Debug)]
 enum HintPhase {
     Off,
     Idle { at_mono_ms: u64 },
     Receiving,
-    Batch(HintBatch),
     Done,
 }
 
@@ -599,6 +602,8 @@ pub struct Engine {
     poll_again: bool,
     orphan_failures: u32,
     hints: HintPhase,
+    /// Hints received and not yet settled (those received meanwhile join it).
+    hint_batch: Option<HintBatch>,
     hint_failures: u32,
     session: SessionPhase,
     desired_at_mono_ms: u64,
@@ -654,6 +659,7 @@ impl Engine {
             poll_again: false,
             orphan_failures: 0,
             hint_failures: 0,
+            hint_batch: None,
             desired_in_flight: false,
             totals: Totals::default(),
             renew_latency_ms: Vec::new(),
@@ -740,9 +746,11 @@ impl Engine {
         }
         match &self.hints {
             // A full worker waits for room (an event), not for time.
-            HintPhase::Idle { at_mono_ms } if !self.stopping && self.capacity() > 0 => wake(*at_mono_ms),
-            HintPhase::Batch(HintBatch { refresh_until: Some(t), .. }) => wake(*t),
+            HintPhase::Idle { at_mono_ms } if !self.stopping && self.hint_room() > 0 => wake(*at_mono_ms),
             _ => {}
+        }
+        if let Some(HintBatch { refresh_until: Some(t), .. }) = &self.hint_batch {
+            wake(*t);
         }
         match &self.session {
             SessionPhase::Closed { retry_at_mono_ms, .. } if !self.stopping => wake(*retry_at_mono_ms),
@@ -1157,10 +1165,7 @@ impl Engine {
                 if let Answer::Sessions(sessions) = answer {
                     let pace = self.pace_ms();
                     let me = self.load();
-                    let hinted = match &self.hints {
-                        HintPhase::Batch(batch) => batch.hinted,
-                        _ => 0,
-                    };
+                    let hinted = self.hint_batch.as_ref().map_or(0, |batch| batch.hinted);
                     let limit = self.balancer.refreshed_limit(
                         &sessions,
                         &self.settings.worker_id,
@@ -1172,7 +1177,7 @@ impl Engine {
                     );
                     self.claim_limit = self.claim_limit.max(limit as usize);
                 }
-                if let HintPhase::Batch(batch) = &mut self.hints {
+                if let Some(batch) = &mut self.hint_batch {
                     batch.refresh_until = None;
                 }
             }
@@ -1546,7 +1551,7 @@ impl Engine {
                 }
             }
             ClaimFrom::Hint(i) => {
-                if let HintPhase::Batch(batch) = &mut self.hints {
+                if let Some(batch) = &mut self.hint_batch {
                     batch.in_flight -= 1;
                     if let Some(slot) = batch.outcomes.get_mut(i) {
                         *slot = Some(outcome);
@@ -1570,6 +1575,7 @@ impl Engine {
         if !matches!(self.hints, HintPhase::Receiving) {
             return;
         }
+        let next = |e: &Self, at_mono_ms: u64| if e.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms } };
         let messages = match received {
             Ok(messages) => {
                 self.hint_failures = 0;
@@ -1579,12 +1585,12 @@ impl Engine {
                 self.hint_failures += 1;
                 let delay = hint_retry_ms(self.hint_failures, self.unit());
                 warn!(%error, retry_in_ms = delay, "hint receive failed");
-                self.hints = HintPhase::Idle { at_mono_ms: self.now.mono_ms + delay };
+                self.hints = next(self, self.now.mono_ms + delay);
                 return;
             }
         };
         if messages.is_empty() {
-            self.hints = HintPhase::Idle { at_mono_ms: self.now.mono_ms };
+            self.hints = next(self, self.now.mono_ms);
             return;
         }
         self.totals.hints_received += messages.len() as u64;
@@ -1599,73 +1605,81 @@ impl Engine {
             .into_iter()
             .filter(|id| !self.tracked.contains_key(id))
             .count() as u64;
-        let mut batch = HintBatch {
-            hinted,
-            outcomes: vec![None; messages.len()],
-            queue: (0..messages.len()).collect(),
-            messages,
+        let mut batch = self.hint_batch.take().unwrap_or(HintBatch {
+            hinted: 0,
+            messages: Vec::new(),
+            outcomes: Vec::new(),
+            queue: VecDeque::new(),
             in_flight: 0,
             refresh_until: None,
-        };
-        if !self.below_claim_limit() && !self.stopping {
+        });
+        batch.hinted += hinted;
+        let first = batch.messages.len();
+        batch.queue.extend(first..first + messages.len());
+        batch.outcomes.resize(first + messages.len(), None);
+        batch.messages.extend(messages);
+        if !self.below_claim_limit() && !self.stopping && batch.refresh_until.is_none() {
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
         }
-        self.hints = HintPhase::Batch(batch);
+        self.hint_batch = Some(batch);
+        // The next poll opens once the batch is settled, or after the overlap if it is not.
+        self.hints = next(self, self.now.mono_ms + HINT_POLL_OVERLAP_MS);
+    }
+
+    /// Room for hints not yet received: the free capacity less the hints waiting for a claim.
+    fn hint_room(&self) -> usize {
+        let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
+        self.capacity().saturating_sub(waiting)
     }
 
     fn drive_hints(&mut self) {
-        match &self.hints {
-            HintPhase::Idle { at_mono_ms } => {
-                if self.stopping {
-                    self.hints = HintPhase::Done;
-                    return;
-                }
+        // Claims first: a batch they settle opens the next poll now.
+        self.claim_hints();
+        if let HintPhase::Idle { at_mono_ms } = self.hints {
+            if self.stopping {
+                self.hints = HintPhase::Done;
+            } else if at_mono_ms <= self.now.mono_ms && self.hint_room() > 0 {
                 // Only take hints while there is room: a full worker leaves them to the others.
-                if *at_mono_ms > self.now.mono_ms || self.capacity() == 0 {
-                    return;
-                }
-                let max = hint_batch_size(self.room().max(1)) as usize;
+                let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
+                let max = hint_batch_size(self.room().saturating_sub(waiting).max(1)) as usize;
                 self.commands.push_back(Command::ReceiveHints { max, wait_ms: self.settings.hint_wait_ms });
                 self.hints = HintPhase::Receiving;
             }
-            HintPhase::Batch(batch) => {
-                if let Some(until) = batch.refresh_until {
-                    if until > self.now.mono_ms {
-                        return;
+        }
+    }
+
+    /// Claims the hinted work of the batch (a few at a time); settles the batch once every
+    /// claim is answered.
+    fn claim_hints(&mut self) {
+        let Some(mut batch) = self.hint_batch.take() else { return };
+        if batch.refresh_until.is_some_and(|until| until > self.now.mono_ms) {
+            self.hint_batch = Some(batch);
+            return;
+        }
+        batch.refresh_until = None;
+        while batch.in_flight < HINT_CLAIM_CONCURRENCY {
+            let Some(i) = batch.queue.pop_front() else { break };
+            let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
+                Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i), None) {
+                    Ok(()) => {
+                        batch.in_flight += 1;
+                        continue;
                     }
+                    Err(outcome) => outcome,
+                },
+                Some(Err(e)) => {
+                    warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
+                    Claim::Failed
                 }
-                let HintPhase::Batch(mut batch) = std::mem::replace(&mut self.hints, HintPhase::Receiving) else {
-                    return;
-                };
-                batch.refresh_until = None;
-                while batch.in_flight < HINT_CLAIM_CONCURRENCY {
-                    let Some(i) = batch.queue.pop_front() else { break };
-                    let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
-                        Some(Ok(hint)) => {
-                            match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i), None) {
-                                Ok(()) => {
-                                    batch.in_flight += 1;
-                                    continue;
-                                }
-                                Err(outcome) => outcome,
-                            }
-                        }
-                        Some(Err(e)) => {
-                            warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
-                            Claim::Failed
-                        }
-                        None => Claim::Failed,
-                    };
-                    batch.outcomes[i] = Some(outcome);
-                }
-                if batch.queue.is_empty() && batch.in_flight == 0 {
-                    self.settle_hints(batch);
-                } else {
-                    self.hints = HintPhase::Batch(batch);
-                }
-            }
-            _ => {}
+                None => Claim::Failed,
+            };
+            batch.outcomes[i] = Some(outcome);
+        }
+        if batch.queue.is_empty() && batch.in_flight == 0 {
+            self.settle_hints(batch);
+        } else {
+            self.hint_batch = Some(batch);
         }
     }
 
@@ -1685,7 +1699,12 @@ impl Engine {
         }
         let defer_ms = self.settings.orphan_interval_ms;
         self.commands.push_back(Command::SettleHints { delete, give_back, defer, defer_ms });
-        self.hints = if self.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms: self.now.mono_ms } };
+        // The poll the batch held back opens now (one already open or failing keeps its time).
+        if let HintPhase::Idle { at_mono_ms } = &mut self.hints {
+            if !self.stopping && self.hint_failures == 0 {
+                *at_mono_ms = (*at_mono_ms).min(self.now.mono_ms);
+            }
+        }
     }
 
     // ---- the session ----
@@ -1833,7 +1852,7 @@ impl Engine {
         if !self.stopping || self.finished {
             return;
         }
-        let hints_done = matches!(self.hints, HintPhase::Off | HintPhase::Done);
+        let hints_done = matches!(self.hints, HintPhase::Off | HintPhase::Done) && self.hint_batch.is_none();
         let session_done = matches!(self.session, SessionPhase::Off | SessionPhase::Ended);
         let poll_done = !matches!(self.poll, PollPhase::Claims(_));
         // Writes still in flight (releases, give-backs) are waited for by the driver.

@@ -257,6 +257,109 @@ fn a_lone_balanced_worker_takes_hinted_new_work_without_deferring_the_hints() {
     assert_eq!(deferred, 0, "no hint deferred");
 }
 
+fn drain(engine: &mut Engine) -> Vec<Command> {
+    std::iter::from_fn(|| engine.poll_command()).collect()
+}
+
+fn hint(receipt: &str, id: &str) -> HintMessage {
+    HintMessage { receipt: receipt.into(), body: Some(crate::Hint::new(id).to_json()) }
+}
+
+fn receives(cmds: &[Command]) -> usize {
+    cmds.iter().filter(|c| matches!(c, Command::ReceiveHints { .. })).count()
+}
+
+fn claim_of(cmds: &[Command], want: &str) -> Option<OpId> {
+    cmds.iter().find_map(|c| match c {
+        Command::Run { op, request: Op::Claim { id, .. } } if id == want => Some(*op),
+        _ => None,
+    })
+}
+
+fn held_by_b(op: OpId) -> Event {
+    Event::Answer { op, answer: Answer::Failed(crate::Error::Held { owner: "b".into(), expires_at_ms: START + 20_000 }) }
+}
+
+fn hinting_engine() -> Engine {
+    let now = Now { wall_ms: START, mono_ms: 0 };
+    let cfg = config(LeaseMode::PerItem, 20_000, 5_000, 1_000);
+    let mut e = Engine::new(Settings { hints: true, orphan_interval_ms: 60_000, ..settings("a", 10) }, cfg, 1, now);
+    assert_eq!(receives(&drain(&mut e)), 1, "the first long poll");
+    e
+}
+
+/// A batch of hints answered within the overlap runs one long poll at a time: the next poll
+/// opens as the batch is settled, not before (an idle worker signalled right after a hint has
+/// no poll in flight, so it exits at once).
+#[test]
+fn a_quick_batch_of_hints_opens_the_next_long_poll_when_it_is_settled() {
+    let mut e = hinting_engine();
+    let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
+    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(10));
+    let first = drain(&mut e);
+    let s1 = claim_of(&first, "s1").expect("s1 claimed");
+    assert_eq!(receives(&first), 0, "{first:?}");
+    e.handle(held_by_b(s1), at(10 + HINT_POLL_OVERLAP_MS - 1));
+    let settled = drain(&mut e);
+    assert!(settled.iter().any(|c| matches!(c, Command::SettleHints { .. })), "{settled:?}");
+    assert_eq!(receives(&settled), 1, "the next poll with the settle: {settled:?}");
+}
+
+/// A batch whose claims wait on a slow table opens the next long poll after the overlap: a
+/// hint released meanwhile (a hand-over trickling in) is received and claimed at once, not
+/// after the batch; both are settled together once every claim is answered.
+#[test]
+fn a_slow_batch_of_hints_opens_the_next_long_poll_after_the_overlap() {
+    let mut e = hinting_engine();
+    let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
+    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(0));
+    let s1 = claim_of(&drain(&mut e), "s1").expect("s1 claimed");
+    assert_eq!(e.poll_timeout(), Some(HINT_POLL_OVERLAP_MS), "wakes for the overlap");
+    e.handle_timeout(at(HINT_POLL_OVERLAP_MS));
+    let next = drain(&mut e);
+    assert_eq!(receives(&next), 1, "the next poll while s1's claim is in flight: {next:?}");
+    e.handle(Event::Hints { received: Ok(vec![hint("r2", "s2")]) }, at(HINT_POLL_OVERLAP_MS + 5));
+    let second = drain(&mut e);
+    let s2 = claim_of(&second, "s2").expect("s2 claimed while s1's claim is in flight");
+    e.handle(held_by_b(s1), at(400));
+    assert!(!drain(&mut e).iter().any(|c| matches!(c, Command::SettleHints { .. })), "settled with s2's answer");
+    e.handle(held_by_b(s2), at(410));
+    let settled = drain(&mut e);
+    let Some(Command::SettleHints { delete, .. }) = settled.iter().find(|c| matches!(c, Command::SettleHints { .. }))
+    else {
+        panic!("settled: {settled:?}")
+    };
+    assert_eq!(delete, &vec!["r1".to_string(), "r2".to_string()]);
+    // A poll was already open when the batch settled: no second one.
+    assert_eq!(receives(&settled), 1, "{settled:?}");
+}
+
+/// At shutdown a poll opened during a slow batch is drained, never a new one sent, and what it
+/// brings is given back for another worker.
+#[test]
+fn a_long_poll_open_at_shutdown_is_drained_and_its_hints_given_back() {
+    let mut e = hinting_engine();
+    let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
+    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(0));
+    let s1 = claim_of(&drain(&mut e), "s1").expect("s1 claimed");
+    e.handle_timeout(at(HINT_POLL_OVERLAP_MS));
+    assert_eq!(receives(&drain(&mut e)), 1);
+    e.handle(Event::Shutdown, at(300));
+    let stopping = drain(&mut e);
+    assert_eq!(receives(&stopping), 0, "{stopping:?}");
+    e.handle(Event::Hints { received: Ok(vec![hint("r2", "s2")]) }, at(320));
+    e.handle(held_by_b(s1), at(330));
+    let last = drain(&mut e);
+    assert_eq!(receives(&last), 0, "{last:?}");
+    let Some(Command::SettleHints { delete, give_back, .. }) =
+        last.iter().find(|c| matches!(c, Command::SettleHints { .. }))
+    else {
+        panic!("settled: {last:?}")
+    };
+    assert_eq!((delete, give_back), (&vec!["r1".to_string()], &vec!["r2".to_string()]));
+    assert!(last.iter().any(|c| matches!(c, Command::Finished)), "finished: {last:?}");
+}
+
 // ---- trace vectors ----
 
 fn traces_dir() -> std::path::PathBuf {
