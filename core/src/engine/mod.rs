@@ -1575,7 +1575,8 @@ impl Engine {
         if !matches!(self.hints, HintPhase::Receiving) {
             return;
         }
-        let next = |e: &Self, at_mono_ms: u64| if e.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms } };
+        let next =
+            |e: &Self, at_mono_ms: u64| if e.stopping { HintPhase::Done } else { HintPhase::Idle { at_mono_ms } };
         let messages = match received {
             Ok(messages) => {
                 self.hint_failures = 0;

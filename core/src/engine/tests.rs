@@ -277,7 +277,10 @@ fn claim_of(cmds: &[Command], want: &str) -> Option<OpId> {
 }
 
 fn held_by_b(op: OpId) -> Event {
-    Event::Answer { op, answer: Answer::Failed(crate::Error::Held { owner: "b".into(), expires_at_ms: START + 20_000 }) }
+    Event::Answer {
+        op,
+        answer: Answer::Failed(crate::Error::Held { owner: "b".into(), expires_at_ms: START + 20_000 }),
+    }
 }
 
 fn hinting_engine() -> Engine {

@@ -387,6 +387,7 @@ impl Worker {
             reads: FuturesUnordered::new(),
             tasks: FuturesUnordered::new(),
             effects: FuturesUnordered::new(),
+            stopping: CancellationToken::new(),
             finished: false,
         };
         tokio::pin!(shutdown);
@@ -407,7 +408,10 @@ impl Worker {
                 Some(()) = driver.effects.next(), if !driver.effects.is_empty() => None,
                 () = hold::sleep_until_mono(clock, timeout.unwrap_or(u64::MAX)), if timeout.is_some() => None,
             };
-            asked |= matches!(event, Some(Event::Shutdown));
+            if matches!(event, Some(Event::Shutdown)) {
+                asked = true;
+                driver.stopping.cancel();
+            }
             // Answers ready at the same moment (the claims of one takeover transaction) are all
             // taken in before the engine's next commands run, so the claims it starts in their
             // place go out together too (and are taken over together).
@@ -461,6 +465,9 @@ struct Driver {
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
     /// Hints sent and settled: no answer.
     effects: FuturesUnordered<BoxFuture<'static, ()>>,
+    /// Cancelled as the shutdown is taken in: a long poll the engine asked for before it and
+    /// not yet sent is not sent (it answers empty at once).
+    stopping: CancellationToken,
     finished: bool,
 }
 
@@ -558,7 +565,16 @@ impl Driver {
             }
             Command::ReceiveHints { max, wait_ms } => {
                 if let Some(queue) = self.hints.clone() {
-                    self.tasks.push(hints::receive(queue, max, Duration::from_millis(wait_ms)).boxed());
+                    let stopping = self.stopping.clone();
+                    self.tasks.push(
+                        async move {
+                            if stopping.is_cancelled() {
+                                return Event::Hints { received: Ok(Vec::new()) };
+                            }
+                            hints::receive(queue, max, Duration::from_millis(wait_ms)).await
+                        }
+                        .boxed(),
+                    );
                 }
             }
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
