@@ -149,7 +149,7 @@ class Worker {
     this.#sqs = sqs;
     this.#queueUrl = rest.queueUrl;
     this.#handler = handler;
-    this.#logger = logger ?? stderrLogger;
+    this.#logger = logger ?? stderrLogger();
     this.#metrics = metrics ?? ((line) => process.stdout.write(`${line}\n`));
   }
 
@@ -470,10 +470,46 @@ function defaultWorkerId() {
   return `${os.hostname() || 'worker'}-${process.pid}-${suffix}`;
 }
 
-const stderrLogger = {
-  warn(message, fields) {
-    process.stderr.write(`${JSON.stringify({ level: 'WARN', message, ...fields })}\n`);
-  },
-};
+const LEVELS = ['off', 'error', 'warn', 'info', 'debug', 'trace'];
 
-module.exports = { Worker, Connection, defaultWorkerId };
+/**
+ * How verbose the default logger is, from `LEASELOCK_LOG` read as the Rust and Python workers
+ * read it: comma-separated directives, each a level (`info`) or `target=level`
+ * (`leaselock::engine=info`); the most verbose one that applies to leaselock wins. Unset or
+ * empty: `warn`. A directive that does not parse is reported once and skipped.
+ */
+function logLevel(spec = process.env.LEASELOCK_LOG) {
+  if (spec == null || spec.trim() === '') {
+    return LEVELS.indexOf('warn');
+  }
+  let level = 0;
+  for (const directive of spec.split(',').map((d) => d.trim()).filter((d) => d !== '')) {
+    const [target, name] = directive.includes('=') ? directive.split('=', 2) : ['', directive];
+    const at = LEVELS.indexOf(name.trim().toLowerCase());
+    if (at < 0) {
+      process.stderr.write(`${JSON.stringify({ level: 'WARN', message: 'LEASELOCK_LOG directive ignored', directive })}\n`);
+    } else if (target === '' || target === 'leaselock' || target.startsWith('leaselock::')) {
+      level = Math.max(level, at);
+    }
+  }
+  return level;
+}
+
+/** The default logger: JSON lines on stderr, each with its UTC time, at `LEASELOCK_LOG`'s level. */
+function stderrLogger(level = logLevel()) {
+  const line = (name) => (message, fields) => {
+    const record = { time: new Date().toISOString(), level: name.toUpperCase(), message, ...fields };
+    process.stderr.write(`${JSON.stringify(record)}\n`);
+  };
+  const logger = {};
+  for (const name of ['error', 'warn', 'info']) {
+    if (LEVELS.indexOf(name) <= level) {
+      logger[name] = line(name);
+    }
+  }
+  // The driver's own warnings go to `warn`: kept a no-op when the level is below it.
+  logger.warn ??= () => {};
+  return logger;
+}
+
+module.exports = { Worker, Connection, defaultWorkerId, logLevel };

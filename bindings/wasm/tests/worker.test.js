@@ -130,9 +130,11 @@ test('SIGTERM: a worker process releases its leases and exits cleanly', LIMIT, a
   const table = await freshTable(FAST);
   await startAll(table, ['p1', 'p2']);
   const child = spawn(process.execPath, [path.join(__dirname, 'fixtures/worker-process.js'), table.tableName, 'proc-w'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: process.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LEASELOCK_LOG: 'warn,leaselock::engine=info' },
   });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => (stderr += chunk));
   const lines = [];
   let buffered = '';
   child.stdout.on('data', (chunk) => {
@@ -152,4 +154,26 @@ test('SIGTERM: a worker process releases its leases and exits cleanly', LIMIT, a
     const item = await table.get(id);
     assert.deepEqual([item.owner, item.expiresAtMs], ['proc-w', 0]);
   }
+  // LEASELOCK_LOG asked for the engine's info lines: one JSON line each, with its UTC time.
+  const logs = stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+  const claimed = logs.filter((l) => l.message === 'claimed').map((l) => l.connectionId).sort();
+  assert.deepEqual(claimed, ['p1', 'p2'], stderr);
+  for (const line of logs) {
+    assert.match(line.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, JSON.stringify(line));
+    assert.ok(['INFO', 'WARN', 'ERROR'].includes(line.level), JSON.stringify(line));
+  }
+  assert.ok(logs.some((l) => l.message === 'worker stopped' && l.released === 2), stderr);
+});
+
+test('LEASELOCK_LOG sets the default logger level as the Rust and Python workers read it', () => {
+  const { logLevel } = require('../lib/worker');
+  const at = (spec) => ['off', 'error', 'warn', 'info', 'debug', 'trace'][logLevel(spec)];
+  assert.equal(at(''), 'warn');
+  assert.equal(at('info'), 'info');
+  assert.equal(at('ERROR'), 'error');
+  assert.equal(at('warn,leaselock::engine=info'), 'info');
+  assert.equal(at('leaselock=debug'), 'debug');
+  // Directives for other targets do not apply; one that does not parse is skipped.
+  assert.equal(at('hyper=trace,warn'), 'warn');
+  assert.equal(at('off'), 'off');
 });

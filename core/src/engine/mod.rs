@@ -1595,6 +1595,7 @@ impl Engine {
             return;
         }
         self.totals.hints_received += messages.len() as u64;
+        debug!(received = messages.len(), below_limit = self.below_claim_limit(), "hints received");
         // Hints come in tens: one index query finds all the work they point at. At the fair
         // share, one read of the sessions first says whether the share has grown.
         self.poll_orphans_now();
