@@ -90,6 +90,9 @@ pub const HINT_CLAIM_CONCURRENCY: usize = 10;
 /// wait on a loaded table) lets the hints of a hand-over that trickle in meanwhile be received
 /// at once, not after the whole batch.
 pub const HINT_POLL_OVERLAP_MS: u64 = 200;
+/// Session mode: how long a batch of hints waits for the orphan round it started (its reads of
+/// the index, the fleet and a dead session's work) before its own claims go.
+pub const HINT_ROUND_WAIT_MS: u64 = 500;
 
 /// How much of a `[0, 1)` random draw moves a periodic interval: ±20 %.
 pub const JITTER_FRACTION: f64 = 0.2;

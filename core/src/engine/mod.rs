@@ -33,7 +33,7 @@ use decide::{
     desired_state_phase_ms, hint_batch_size, hint_retry_ms, is_fleet_work, jittered_ms, moves_with_session,
     orphan_counts, orphan_query_cutoff, orphan_retry_ms, plan_orphans, releases_after_handler, session_retry_ms,
     session_wake_at, stopped_ids, Balancer, CancelReason, ClaimFailure, FleetView, OrphanPoll, PeerSession,
-    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY, HINT_POLL_OVERLAP_MS,
+    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY, HINT_POLL_OVERLAP_MS, HINT_ROUND_WAIT_MS,
 };
 
 /// An operation's id, echoed back with its answer.
@@ -539,6 +539,10 @@ struct HintBatch {
     in_flight: usize,
     /// A refresh of the claim limit, and when it is given up.
     refresh_until: Option<u64>,
+    /// Session mode: the orphan round the hints started is waited for (the rounds planned
+    /// when they arrived, and when the wait is given up), so the work of a session that has just
+    /// ended is taken as listed, in takeovers sent together, not one claim per hint.
+    round_wait: Option<(u64, u64)>,
     /// How many ids the hints name that are not tracked here (work nobody holds, at least).
     hinted: u64,
 }
@@ -600,6 +604,8 @@ pub struct Engine {
     reclaim_own: bool,
     poll: PollPhase,
     poll_again: bool,
+    /// Orphan rounds planned (or failed) so far.
+    rounds_planned: u64,
     orphan_failures: u32,
     hints: HintPhase,
     /// Hints received and not yet settled (those received meanwhile join it).
@@ -657,6 +663,7 @@ impl Engine {
             renew_session_now: false,
             reclaim_own: false,
             poll_again: false,
+            rounds_planned: 0,
             orphan_failures: 0,
             hint_failures: 0,
             hint_batch: None,
@@ -749,8 +756,11 @@ impl Engine {
             HintPhase::Idle { at_mono_ms } if !self.stopping && self.hint_room() > 0 => wake(*at_mono_ms),
             _ => {}
         }
-        if let Some(HintBatch { refresh_until: Some(t), .. }) = &self.hint_batch {
-            wake(*t);
+        // A batch waits for its refresh first, then (at most until its time) for the round.
+        if let Some(batch) = &self.hint_batch {
+            if let Some(t) = batch.refresh_until.or(batch.round_wait.map(|(_, until)| until)) {
+                wake(t);
+            }
         }
         match &self.session {
             SessionPhase::Closed { retry_at_mono_ms, .. } if !self.stopping => wake(*retry_at_mono_ms),
@@ -1277,6 +1287,7 @@ impl Engine {
 
     fn poll_failed(&mut self, e: &Error) {
         warn!(error = %e, "orphan query failed");
+        self.rounds_planned += 1;
         self.orphan_failures += 1;
         let wait = orphan_retry_ms(self.orphan_failures, self.settings.orphan_interval_ms, self.unit());
         self.poll = PollPhase::Idle { at_mono_ms: self.now.mono_ms + wait };
@@ -1391,6 +1402,7 @@ impl Engine {
 
     /// The page (and the fleet) are read: balance, then queue the claims.
     fn plan_round(&mut self, mut round: OrphanRound) {
+        self.rounds_planned += 1;
         if self.stopping {
             self.poll = PollPhase::Idle { at_mono_ms: u64::MAX };
             return;
@@ -1598,6 +1610,7 @@ impl Engine {
         debug!(received = messages.len(), below_limit = self.below_claim_limit(), "hints received");
         // Hints come in tens: one index query finds all the work they point at. At the fair
         // share, one read of the sessions first says whether the share has grown.
+        let round_ahead = !matches!(self.poll, PollPhase::Claims(_));
         self.poll_orphans_now();
         let hinted = messages
             .iter()
@@ -1614,7 +1627,14 @@ impl Engine {
             queue: VecDeque::new(),
             in_flight: 0,
             refresh_until: None,
+            round_wait: None,
         });
+        // A session that ended hints its work once it is free: the round about to read the
+        // fleet finds that session dead and takes its work as listed (no first write that the
+        // session's sentinel refuses, and together: one transaction in the tokio driver).
+        if self.session_mode() && round_ahead && !self.stopping && batch.round_wait.is_none() {
+            batch.round_wait = Some((self.rounds_planned, self.now.mono_ms + HINT_ROUND_WAIT_MS));
+        }
         batch.hinted += hinted;
         let first = batch.messages.len();
         batch.queue.extend(first..first + messages.len());
@@ -1660,6 +1680,13 @@ impl Engine {
             return;
         }
         batch.refresh_until = None;
+        if let Some((planned, until)) = batch.round_wait {
+            if self.rounds_planned == planned && until > self.now.mono_ms && !self.stopping {
+                self.hint_batch = Some(batch);
+                return;
+            }
+            batch.round_wait = None;
+        }
         while batch.in_flight < HINT_CLAIM_CONCURRENCY {
             let Some(i) = batch.queue.pop_front() else { break };
             let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {

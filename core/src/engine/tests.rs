@@ -257,6 +257,40 @@ fn a_lone_balanced_worker_takes_hinted_new_work_without_deferring_the_hints() {
     assert_eq!(deferred, 0, "no hint deferred");
 }
 
+/// A session worker's graceful end hints its work once the session is ended: the survivor's
+/// hints wait for the orphan round they start, which reads the ended session as dead and takes
+/// its work as listed (the takeover transaction first, sent together), not one claim per hint
+/// that the session's sentinel refuses first.
+#[test]
+fn a_graceful_session_ends_work_is_taken_as_listed_not_one_claim_per_hint() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    sim.behaviour.latency_ms = 20;
+    start_work(&sim, 12);
+    let a = sim.spawn(Settings { hints: true, orphan_interval_ms: 1_000, ..settings("a", 100) }, 1);
+    let b = sim.spawn(Settings { hints: true, orphan_interval_ms: 1_000, ..settings("b", 100) }, 2);
+    assert!(sim.run_while(60_000, 10, |s| s.running(a) == 6 && s.running(b) == 6), "balanced");
+    sim.run_until(sim.clock.monotonic_ms() + 3_000);
+    let left = sim.held_only_by(b);
+    assert_eq!(left.len(), 6);
+    let from = sim.log.len();
+    sim.shutdown(b);
+    let at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(at + 5_000, 5, |s| s.running(a) == 12), "a holds all 12");
+    let claims: Vec<(String, bool)> = sim.log[from..]
+        .iter()
+        .filter(|e| e.worker == a)
+        .filter_map(|e| match &e.command {
+            Command::Run { request: Op::Claim { id, listed, .. }, .. } => Some((id.clone(), listed.is_some())),
+            _ => None,
+        })
+        .collect();
+    let mut claimed: Vec<&String> = claims.iter().map(|(id, _)| id).collect();
+    claimed.sort();
+    assert_eq!(claimed, left.iter().collect::<Vec<_>>(), "one claim each: {claims:?}");
+    assert!(claims.iter().all(|(_, listed)| *listed), "every claim as listed: {claims:?}");
+    assert!(sim.nodes[a].engine.snapshot().hints_received >= 6, "the hints came");
+}
+
 fn drain(engine: &mut Engine) -> Vec<Command> {
     std::iter::from_fn(|| engine.poll_command()).collect()
 }
