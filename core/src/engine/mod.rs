@@ -539,6 +539,9 @@ struct HintBatch {
     in_flight: usize,
     /// A refresh of the claim limit, and when it is given up.
     refresh_until: Option<u64>,
+    /// The limit was refreshed for this batch: hints that join it later are not counted again
+    /// (the ended session whose hints they are was counted by the first refresh).
+    refreshed: bool,
     /// Session mode: the orphan round the hints started is waited for (the rounds planned
     /// when they arrived, and when the wait is given up), so the work of a session that has just
     /// ended is taken as listed, in takeovers sent together, not one claim per hint.
@@ -1627,6 +1630,7 @@ impl Engine {
             queue: VecDeque::new(),
             in_flight: 0,
             refresh_until: None,
+            refreshed: false,
             round_wait: None,
         });
         // A session that ended hints its work once it is free: the round about to read the
@@ -1640,7 +1644,8 @@ impl Engine {
         batch.queue.extend(first..first + messages.len());
         batch.outcomes.resize(first + messages.len(), None);
         batch.messages.extend(messages);
-        if !self.below_claim_limit() && !self.stopping && batch.refresh_until.is_none() {
+        if !self.below_claim_limit() && !self.stopping && batch.refresh_until.is_none() && !batch.refreshed {
+            batch.refreshed = true;
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
         }
