@@ -347,14 +347,8 @@ fn a_quick_batch_of_hints_opens_the_next_long_poll_when_it_is_settled() {
 /// after the batch; both are settled together once every claim is answered.
 #[test]
 fn a_slow_batch_of_hints_opens_the_next_long_poll_after_the_overlap() {
-    let mut e = hinting_engine();
+    let (mut e, s1) = slow_batch();
     let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
-    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(0));
-    let s1 = claim_of(&drain(&mut e), "s1").expect("s1 claimed");
-    assert_eq!(e.poll_timeout(), Some(HINT_POLL_OVERLAP_MS), "wakes for the overlap");
-    e.handle_timeout(at(HINT_POLL_OVERLAP_MS));
-    let next = drain(&mut e);
-    assert_eq!(receives(&next), 1, "the next poll while s1's claim is in flight: {next:?}");
     e.handle(Event::Hints { received: Ok(vec![hint("r2", "s2")]) }, at(HINT_POLL_OVERLAP_MS + 5));
     let second = drain(&mut e);
     let s2 = claim_of(&second, "s2").expect("s2 claimed while s1's claim is in flight");
@@ -367,20 +361,30 @@ fn a_slow_batch_of_hints_opens_the_next_long_poll_after_the_overlap() {
         panic!("settled: {settled:?}")
     };
     assert_eq!(delete, &vec!["r1".to_string(), "r2".to_string()]);
-    // A poll was already open when the batch settled: no second one.
+    // The poll held back since r2 arrived opens with the settle.
     assert_eq!(receives(&settled), 1, "{settled:?}");
+}
+
+/// An engine whose batch of one hint (s1, its claim op returned) is still unanswered when the
+/// overlap has passed, and the next long poll that opened then.
+fn slow_batch() -> (Engine, OpId) {
+    let mut e = hinting_engine();
+    let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
+    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(0));
+    let s1 = claim_of(&drain(&mut e), "s1").expect("s1 claimed");
+    assert_eq!(e.poll_timeout(), Some(HINT_POLL_OVERLAP_MS), "wakes for the overlap");
+    e.handle_timeout(at(HINT_POLL_OVERLAP_MS));
+    let next = drain(&mut e);
+    assert_eq!(receives(&next), 1, "the next poll while s1's claim is in flight: {next:?}");
+    (e, s1)
 }
 
 /// At shutdown a poll opened during a slow batch is drained, never a new one sent, and what it
 /// brings is given back for another worker.
 #[test]
 fn a_long_poll_open_at_shutdown_is_drained_and_its_hints_given_back() {
-    let mut e = hinting_engine();
+    let (mut e, s1) = slow_batch();
     let at = |ms| Now { wall_ms: START + ms, mono_ms: ms };
-    e.handle(Event::Hints { received: Ok(vec![hint("r1", "s1")]) }, at(0));
-    let s1 = claim_of(&drain(&mut e), "s1").expect("s1 claimed");
-    e.handle_timeout(at(HINT_POLL_OVERLAP_MS));
-    assert_eq!(receives(&drain(&mut e)), 1);
     e.handle(Event::Shutdown, at(300));
     let stopping = drain(&mut e);
     assert_eq!(receives(&stopping), 0, "{stopping:?}");
