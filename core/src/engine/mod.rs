@@ -1644,7 +1644,7 @@ impl Engine {
         batch.queue.extend(first..first + messages.len());
         batch.outcomes.resize(first + messages.len(), None);
         batch.messages.extend(messages);
-        if !self.below_claim_limit() && !self.stopping && batch.refresh_until.is_none() && !batch.refreshed {
+        if !self.below_claim_limit() && !self.stopping && !batch.refreshed {
             batch.refreshed = true;
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
@@ -1654,10 +1654,14 @@ impl Engine {
         self.hints = next(self, self.now.mono_ms + HINT_POLL_OVERLAP_MS);
     }
 
+    /// Hints received and waiting for a claim.
+    fn hints_waiting(&self) -> usize {
+        self.hint_batch.as_ref().map_or(0, |b| b.queue.len())
+    }
+
     /// Room for hints not yet received: the free capacity less the hints waiting for a claim.
     fn hint_room(&self) -> usize {
-        let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
-        self.capacity().saturating_sub(waiting)
+        self.capacity().saturating_sub(self.hints_waiting())
     }
 
     fn drive_hints(&mut self) {
@@ -1668,8 +1672,7 @@ impl Engine {
                 self.hints = HintPhase::Done;
             } else if at_mono_ms <= self.now.mono_ms && self.hint_room() > 0 {
                 // Only take hints while there is room: a full worker leaves them to the others.
-                let waiting = self.hint_batch.as_ref().map_or(0, |b| b.queue.len());
-                let max = hint_batch_size(self.room().saturating_sub(waiting).max(1)) as usize;
+                let max = hint_batch_size(self.room().saturating_sub(self.hints_waiting()).max(1)) as usize;
                 self.commands.push_back(Command::ReceiveHints { max, wait_ms: self.settings.hint_wait_ms });
                 self.hints = HintPhase::Receiving;
             }

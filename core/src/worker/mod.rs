@@ -391,7 +391,6 @@ impl Worker {
             finished: false,
         };
         tokio::pin!(shutdown);
-        let mut asked = false;
         loop {
             driver.run_commands();
             if driver.finished {
@@ -399,6 +398,7 @@ impl Worker {
             }
             let timeout = shared.engine().poll_timeout();
             let clock = driver.store.clock();
+            let asked = driver.stopping.is_cancelled();
             let event = tokio::select! {
                 biased;
                 () = &mut shutdown, if !asked => Some(Event::Shutdown),
@@ -409,7 +409,6 @@ impl Worker {
                 () = hold::sleep_until_mono(clock, timeout.unwrap_or(u64::MAX)), if timeout.is_some() => None,
             };
             if matches!(event, Some(Event::Shutdown)) {
-                asked = true;
                 driver.stopping.cancel();
             }
             // Answers ready at the same moment (the claims of one takeover transaction) are all
