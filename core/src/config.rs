@@ -127,6 +127,25 @@ pub struct TableConfig {
     pub session_held_attribute: String,
     /// Session items only: the most connections the session's worker takes.
     pub session_capacity_attribute: String,
+    /// Accept a global table in multi-Region eventual consistency (default false: refused, as
+    /// concurrent writes in two Regions resolve last-writer-wins and a lease is not exclusive
+    /// across them). Only safe when every writer of the table writes in one Region; with it the
+    /// table is not described at all. Environment: [`ALLOW_EVENTUAL_GLOBAL_TABLE_ENV`].
+    pub allow_eventual_global_table: bool,
+}
+
+/// The environment variable the CLI and the Lambdas read [`TableConfig::allow_eventual_global_table`]
+/// from (`1` or `true` to opt in).
+pub const ALLOW_EVENTUAL_GLOBAL_TABLE_ENV: &str = "LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE";
+
+/// An on/off environment value: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case);
+/// `None` for anything else.
+pub fn parse_flag(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// The most orphan-index partition values running work may be spread over: an orphan query
@@ -189,6 +208,7 @@ impl TableConfig {
             session_partition: "SESSION".into(),
             session_held_attribute: "held_connections".into(),
             session_capacity_attribute: "max_connections".into(),
+            allow_eventual_global_table: false,
         }
     }
 
@@ -304,6 +324,12 @@ impl TableConfig {
 
     pub fn stopped_retention(mut self, d: Duration) -> Self {
         self.stopped_retention = d;
+        self
+    }
+
+    /// Accepts a global table in multi-Region eventual consistency (see the field).
+    pub fn allow_eventual_global_table(mut self, allow: bool) -> Self {
+        self.allow_eventual_global_table = allow;
         self
     }
 

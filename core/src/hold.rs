@@ -295,8 +295,10 @@ impl std::fmt::Debug for Hold {
 
 impl Hold {
     /// Claims `id` for `owner`; with `renew`, keeps renewing it in the background, else only
-    /// its deadline is watched (needs a tokio runtime either way).
+    /// its deadline is watched (needs a tokio runtime either way). The store's table is checked
+    /// first, once per store object ([`LeaseStore::check_table`]).
     pub async fn acquire(store: Arc<dyn LeaseStore>, id: &str, owner: &str, renew: bool) -> Result<Self> {
+        store.check_table().await?;
         let lease = store.acquire(id, owner).await?;
         let upkeep = if renew { Upkeep::Renew } else { Upkeep::Watch };
         Ok(Self::new(store, lease, upkeep))

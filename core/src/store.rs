@@ -39,6 +39,15 @@ pub trait LeaseStore: MaybeSendSync {
     fn config(&self) -> &TableConfig;
     fn clock(&self) -> &dyn Clock;
 
+    /// Whether leases on this store can be exclusive, asked once before a process claims (a
+    /// worker's start, an elector's, a held lease's first claim). A DynamoDB table must be
+    /// single-Region or a global table in multi-Region strong consistency (see
+    /// [`crate::protocol::CheckTable`]): it is described once per table object and the answer
+    /// kept. Other stores have nothing to check.
+    async fn check_table(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Sets `desired_state = STARTED` and the url; owner, fence and last_seq are untouched.
     async fn start(&self, id: &str, url: &str) -> Result<LeaseItem>;
     /// Sets `desired_state = STOPPED` (and the cleanup TTL). `NotFound` if the id has no item.

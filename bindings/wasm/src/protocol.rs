@@ -305,6 +305,7 @@ mod tests {
             Answer::ConditionFailed { .. } => "ConditionFailed",
             Answer::TransactionCanceled { .. } => "TransactionCanceled",
             Answer::Throttled(_) => "Throttled",
+            Answer::Conflict(_) => "Conflict",
             Answer::Ambiguous(_) => "Ambiguous",
             Answer::Unreachable(_) => "Unreachable",
             Answer::AccessDenied(_) => "AccessDenied",
@@ -315,6 +316,8 @@ mod tests {
         };
         assert_eq!(kind(failure("ConditionalCheckFailedException", Some(400), None)), "ConditionFailed");
         assert_eq!(kind(failure("ProvisionedThroughputExceededException", Some(400), None)), "Throttled");
+        // A multi-Region strong consistency table's answer to a write another Region is making.
+        assert_eq!(kind(failure("ReplicatedWriteConflictException", Some(400), None)), "Conflict");
         assert_eq!(kind(failure("InternalServerError", Some(500), None)), "Ambiguous");
         assert_eq!(kind(failure("ResourceNotFoundException", Some(400), None)), "ResourceNotFound");
         assert_eq!(kind(failure("Error", None, Some("ECONNREFUSED"))), "Unreachable");

@@ -188,6 +188,15 @@ pub(crate) fn table_description(t: &sdk::TableDescription) -> crate::protocol::r
                 index_status: g.index_status().map(|s| s.as_str().to_string()),
             })
             .collect(),
+        replicas: t
+            .replicas()
+            .iter()
+            .map(|r| crate::protocol::request::ReplicaDescription {
+                region_name: r.region_name().map(str::to_string),
+                replica_status: r.replica_status().map(|s| s.as_str().to_string()),
+            })
+            .collect(),
+        multi_region_consistency: t.multi_region_consistency().map(|c| c.as_str().to_string()),
     }
 }
 

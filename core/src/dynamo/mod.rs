@@ -49,6 +49,8 @@ pub struct LeaseTable {
     config: TableConfig,
     clock: Arc<dyn Clock>,
     sent: Arc<RequestCounts>,
+    /// What [`LeaseTable::replication`] found, once (shared by clones).
+    replication: Arc<tokio::sync::OnceCell<protocol::TableReplication>>,
 }
 
 /// How many requests a [`LeaseTable`] (and its clones) sent, by DynamoDB operation: write cost
@@ -80,7 +82,14 @@ impl LeaseTable {
     pub fn new(client: Client, config: TableConfig) -> Result<Self> {
         config.validate()?;
         let attempts = single_attempt_client(&client);
-        Ok(Self { client, attempts, config, clock: Arc::new(SystemClock), sent: Arc::default() })
+        Ok(Self {
+            client,
+            attempts,
+            config,
+            clock: Arc::new(SystemClock),
+            sent: Arc::default(),
+            replication: Arc::default(),
+        })
     }
 
     /// A store with the SDK's default configuration (environment, profile; `AWS_ENDPOINT_URL`).
@@ -110,6 +119,16 @@ impl LeaseTable {
     /// are active. A table that exists is kept; the owner index is added when it lacks it.
     pub async fn create_table(&self) -> Result<()> {
         self.run(protocol::CreateTable::new(&self.config)).await
+    }
+
+    /// Whether leases on this table can be exclusive: single-Region, or a global table in
+    /// multi-Region strong consistency (MRSC). A global table in multi-Region eventual
+    /// consistency is refused (`InvalidInput` on `table`, naming its replicas and the opt-in,
+    /// [`TableConfig::allow_eventual_global_table`]); a missing table is `TableNotFound`. One
+    /// DescribeTable per table object (clones share it), sent the first time it is asked; the
+    /// answer is kept, a failure is not.
+    pub async fn replication(&self) -> Result<protocol::TableReplication> {
+        self.replication.get_or_try_init(|| self.run(protocol::CheckTable::new(&self.config))).await.cloned()
     }
 
     /// Runs one protocol operation to its end on this table's client and clock.
@@ -461,6 +480,10 @@ impl LeaseStore for LeaseTable {
 
     fn clock(&self) -> &dyn Clock {
         &*self.clock
+    }
+
+    async fn check_table(&self) -> Result<()> {
+        self.replication().await.map(drop)
     }
 
     async fn start(&self, id: &str, url: &str) -> Result<LeaseItem> {

@@ -158,6 +158,7 @@ impl LeaderElector {
         Fut: Future<Output = T>,
     {
         validate_id("name", name)?;
+        self.backend.check().await?;
         let key = self.leader_key(name);
         match self.claim_within(|| self.backend.claim(&key, &self.owner), self.options.wait).await? {
             Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
@@ -173,6 +174,7 @@ impl LeaderElector {
     {
         validate_id("name", name)?;
         super::validate_slots(slots)?;
+        self.backend.check().await?;
         let key = self.group_key(name);
         match self.claim_within(|| self.backend.claim_slot(&key, slots, &self.owner), self.options.wait).await? {
             Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
@@ -199,6 +201,7 @@ impl LeaderElector {
         strategy.validate()?;
         let candidate = Candidate { id: self.owner.clone(), ..candidate };
         candidate.validate()?;
+        self.backend.check().await?;
         let timing = self.backend.timing();
         let election = self.candidates_key(name);
         let ttl = self.options.candidate_ttl.unwrap_or(timing.lease);

@@ -113,6 +113,11 @@ pub trait ElectionBackend: Send + Sync {
     fn timing(&self) -> Timing;
     /// The clock the returned leases' deadlines are measured on.
     fn clock(&self) -> &dyn Clock;
+    /// Whether this backend's leases can be exclusive, asked before every election (a lease
+    /// table answers it once: see [`crate::LeaseStore::check_table`]).
+    async fn check(&self) -> Result<()> {
+        Ok(())
+    }
     /// Claims the lease `key` for `owner` (a new, higher fence); `Held` names the holder.
     async fn claim(&self, key: &str, owner: &str) -> Result<Lease>;
     /// Claims one free slot of the group `key` (at most `slots` holders); `Held` when all are taken.

@@ -35,6 +35,10 @@ impl<S: LeaseStore, R: CandidateRegistry> ElectionBackend for StoreElection<S, R
         self.store.clock()
     }
 
+    async fn check(&self) -> Result<()> {
+        self.store.check_table().await
+    }
+
     async fn claim(&self, key: &str, owner: &str) -> Result<Lease> {
         self.store.acquire(key, owner).await
     }

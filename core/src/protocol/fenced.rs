@@ -79,7 +79,11 @@ pub(crate) fn cancellation_verdict(codes: &[&str]) -> Cancelled {
     if let Some(i) = codes.iter().position(|c| *c == "ConditionalCheckFailed") {
         return Cancelled::WriteCondition(i - 1);
     }
-    if codes.iter().any(|c| matches!(*c, "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")) {
+    // `ReplicatedWriteConflict`: the reason a multi-Region strong consistency table would give
+    // for an item another Region is writing, should it ever list one for a transaction.
+    let retried =
+        ["TransactionConflict", "ReplicatedWriteConflict", "ThrottlingError", "ProvisionedThroughputExceeded"];
+    if codes.iter().any(|c| retried.contains(c)) {
         return Cancelled::Retry;
     }
     Cancelled::Other

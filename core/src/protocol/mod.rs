@@ -54,6 +54,7 @@
 //! assert_eq!((lease.fence, lease.deadline_mono_ms), (1, 10 + 20_000 - 1_000));
 //! ```
 
+mod check_table;
 pub mod election;
 mod fenced;
 mod ops;
@@ -65,6 +66,7 @@ pub mod value;
 
 use serde::{Deserialize, Serialize};
 
+pub use check_table::{eventual_global_table, replication_verdict, CheckTable, TableReplication};
 pub use election::{ListCandidates, RegisterCandidate, WithdrawCandidate};
 pub use fenced::{checkpoint_update, lease_condition, FencedWrite, MAX_FENCED_WRITES};
 pub use ops::{Acquire, Checkpoint, Release, Renew, Start, Stop};
@@ -128,6 +130,10 @@ pub enum Answer {
     TransactionCanceled { reasons: Vec<CancellationReason> },
     /// Throttling: nothing was applied.
     Throttled(String),
+    /// Another writer is changing the item right now (a transaction; on a multi-Region strong
+    /// consistency global table, a write in another Region): nothing was applied. Contention,
+    /// retried as throttling is, never a lost lease.
+    Conflict(String),
     /// A timeout, a cut connection or a 5xx: a write may or may not have been applied.
     Ambiguous(String),
     /// The request could not be sent (connection refused, DNS, TLS): nothing was applied.
@@ -145,13 +151,13 @@ pub enum Answer {
 }
 
 /// Error codes that mean "throttled, nothing applied, back off".
-pub const THROTTLING_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded",
-    "ThrottlingException",
-    "Throttling",
-    "TransactionConflictException",
-];
+pub const THROTTLING_CODES: &[&str] =
+    &["ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException", "Throttling"];
+
+/// Error codes that mean "another writer is on this item now, nothing applied, back off":
+/// a transaction in progress on it, or (multi-Region strong consistency) a write to it in
+/// another Region, which DynamoDB answers with HTTP 400 `ReplicatedWriteConflictException`.
+pub const CONFLICT_CODES: &[&str] = &["TransactionConflictException", "ReplicatedWriteConflictException"];
 
 /// Error codes that mean the credentials are refused.
 pub const ACCESS_DENIED_CODES: &[&str] = &[
@@ -169,6 +175,8 @@ impl Answer {
         let text = format!("{code}: {message}");
         if THROTTLING_CODES.contains(&code) {
             Answer::Throttled(text)
+        } else if CONFLICT_CODES.contains(&code) {
+            Answer::Conflict(text)
         } else if ACCESS_DENIED_CODES.contains(&code) {
             Answer::AccessDenied(text)
         } else if code == "ResourceNotFoundException" {
@@ -201,6 +209,9 @@ pub enum Step<T> {
 #[derive(Debug, Clone)]
 pub(crate) enum Cause {
     Throttled,
+    /// Another writer held the item (a transaction, another Region's write): reported as
+    /// throttling when the budget runs out, so a renewal still ends `Lost` only at its deadline.
+    Conflict,
     Timeout,
     Unreachable(String),
     /// The condition failed but the item read back did not explain it (it changed in between).
@@ -295,7 +306,7 @@ impl Budget {
 
     fn exhausted(&self, cause: Cause) -> Error {
         match cause {
-            Cause::Throttled => Error::Throttled,
+            Cause::Throttled | Cause::Conflict => Error::Throttled,
             Cause::Timeout => Error::Timeout { outcome_unknown: self.maybe_applied },
             Cause::Unreachable(m) => Error::Unreachable(m),
             Cause::Contention => Error::Store("the item changed under every attempt".into()),
@@ -330,6 +341,10 @@ pub(crate) fn triage(answer: Answer, table: &str) -> Triage {
         Answer::Throttled(m) => {
             tracing::debug!(%m, "throttled");
             Triage::Retry(Cause::Throttled)
+        }
+        Answer::Conflict(m) => {
+            tracing::debug!(%m, "write conflict");
+            Triage::Retry(Cause::Conflict)
         }
         Answer::Unreachable(m) => Triage::Retry(Cause::Unreachable(m)),
         Answer::Ambiguous(m) => {

@@ -304,6 +304,23 @@ pub struct TableDescription {
     pub table_status: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub global_secondary_indexes: Vec<IndexDescription>,
+    /// The replicas of a global table (absent or empty for a single-Region table).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaDescription>,
+    /// A global table's consistency mode: `EVENTUAL` (MREC, also what an absent field means) or
+    /// `STRONG` (MRSC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_region_consistency: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ReplicaDescription {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region_name: Option<String>,
+    /// `CREATING`, `ACTIVE`, `UPDATING`, `DELETING`, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_status: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

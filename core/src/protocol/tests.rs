@@ -89,9 +89,21 @@ fn lease(config: &TableConfig) -> Lease {
     Lease::from_item(item, "a", 0, config)
 }
 
+/// What a write to an item that another Region is writing gets from a multi-Region strong
+/// consistency global table, as the SDKs surface it: HTTP 400, this code and message.
+fn replicated_write_conflict() -> Answer {
+    Answer::from_service_error(
+        "ReplicatedWriteConflictException",
+        "The request was rejected because one or more items in the request are being modified by a request in \
+         another Region.",
+        400,
+    )
+}
+
 fn failures() -> Vec<(&'static str, Answer)> {
     vec![
         ("Throttled", Answer::Throttled("ProvisionedThroughputExceededException: slow down".into())),
+        ("Conflict", replicated_write_conflict()),
         ("Ambiguous", Answer::Ambiguous("timeout".into())),
         ("Unreachable", Answer::Unreachable("connection refused".into())),
         ("AccessDenied", Answer::AccessDenied("AccessDeniedException: no".into())),
@@ -166,7 +178,7 @@ fn every_operation_over_every_failure_kind() {
             // is simply sent again after a pause.
             let rereads = matches!(name, "acquire" | "acquire_started" | "renew" | "release" | "checkpoint");
             let want = match kind {
-                "Throttled" | "Unreachable" => "sleep",
+                "Throttled" | "Conflict" | "Unreachable" => "sleep",
                 "Ambiguous" if rereads => "reread",
                 "Ambiguous" => "sleep",
                 "AccessDenied" => "fail AccessDenied",
@@ -227,6 +239,7 @@ fn requests_are_the_dynamodb_json_api() {
 fn service_errors_are_classified_by_code_and_status() {
     let kind = |code: &str, status| match Answer::from_service_error(code, "m", status) {
         Answer::Throttled(_) => "Throttled",
+        Answer::Conflict(_) => "Conflict",
         Answer::Ambiguous(_) => "Ambiguous",
         Answer::AccessDenied(_) => "AccessDenied",
         Answer::ResourceNotFound(_) => "ResourceNotFound",
@@ -236,7 +249,8 @@ fn service_errors_are_classified_by_code_and_status() {
     };
     assert_eq!(kind("ProvisionedThroughputExceededException", 400), "Throttled");
     assert_eq!(kind("ThrottlingException", 400), "Throttled");
-    assert_eq!(kind("TransactionConflictException", 400), "Throttled");
+    assert_eq!(kind("TransactionConflictException", 400), "Conflict");
+    assert_eq!(kind("ReplicatedWriteConflictException", 400), "Conflict");
     assert_eq!(kind("InternalServerError", 500), "Ambiguous");
     assert_eq!(kind("ServiceUnavailable", 503), "Ambiguous");
     assert_eq!(kind("TransactionInProgressException", 400), "Ambiguous");
@@ -745,6 +759,7 @@ fn create_table_adds_the_owner_index_to_a_table_that_lacks_it() {
                     .iter()
                     .map(|(n, s)| IndexDescription { index_name: n.to_string(), index_status: Some(s.to_string()) })
                     .collect(),
+                ..TableDescription::default()
             }),
             ..Output::default()
         })
@@ -1362,4 +1377,51 @@ fn sharded_orphan_index_writes_the_shard_and_reads_every_shard() {
         step = op.next(at(k as u64 + 1).with(count(n)));
     }
     assert_eq!(done(step), 10);
+}
+
+#[test]
+fn a_replicated_write_conflict_is_contention_retried_within_the_deadline() {
+    let c = short();
+    assert!(
+        matches!(replicated_write_conflict(), Answer::Conflict(m) if m.starts_with("ReplicatedWriteConflictException: "))
+    );
+
+    // A claim backs off and asks again; the item then says who holds it: Held, not an error.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    assert_eq!(summary(op.next(at(40).with(replicated_write_conflict()))), "sleep");
+    assert_eq!(summary(op.next(at(100))), "send UpdateItem");
+    let held = stored("s1", Some("b"), Some(NOW + 3_000), 4, None);
+    let err = failed(op.next(at(140).with(Answer::ConditionFailed { item: Some(held) })));
+    assert!(matches!(err, Error::Held { ref owner, .. } if owner == "b"), "{err:?}");
+    // ... or it lands, its deadline counted from the send that landed.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    op.next(at(40).with(replicated_write_conflict()));
+    op.next(at(100));
+    let ours = stored("s1", Some("a"), Some(NOW + 3_100), 5, None);
+    assert_eq!(done(op.next(at(150).with(new_item(ours)))).deadline_mono_ms, 100 + 2_500);
+    // Conflicts for the whole claim budget (one renew interval): throttled, nothing claimed.
+    let mut op = Acquire::new(&c, "s1", "a").unwrap();
+    op.next(at(0));
+    assert!(matches!(failed(op.next(Input::new(NOW, 990, 0.999).with(replicated_write_conflict()))), Error::Throttled));
+
+    // A renewal is retried, not lost: renewed from the send that landed.
+    let l = lease(&c); // deadline 2_500
+    let mut op = Renew::new(&c, &l);
+    op.next(at(1_000));
+    assert_eq!(summary(op.next(at(1_060).with(replicated_write_conflict()))), "sleep");
+    assert_eq!(summary(op.next(at(1_200))), "send UpdateItem");
+    let renewed = done(op.next(at(1_250).with(new_item(stored("s1", Some("a"), Some(NOW + 4_200), 3, None)))));
+    assert_eq!(renewed.deadline_mono_ms, 1_200 + 2_500);
+    // Lost only when no retry fits before the deadline (rule 2), as under throttling.
+    let mut op = Renew::new(&c, &l);
+    op.next(at(2_000));
+    assert!(matches!(
+        failed(op.next(Input::new(NOW, 2_490, 0.999).with(replicated_write_conflict()))),
+        Error::Lost { .. }
+    ));
+
+    // A fenced write's transaction would list the conflict as a cancellation reason: retried.
+    assert_eq!(fenced::cancellation_verdict(&["None", "ReplicatedWriteConflict"]), fenced::Cancelled::Retry);
 }

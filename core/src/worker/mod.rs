@@ -367,14 +367,32 @@ impl Worker {
         self.run_until(shutdown_signal()).await
     }
 
+    /// Whether the store's leases can be exclusive ([`LeaseStore::check_table`]: for a lease
+    /// table, single-Region or a multi-Region strong consistency global table). The run asks
+    /// it first; call it before to get a refusal as an error (the table object keeps a
+    /// success, so the run does not ask again).
+    pub async fn check_table(&self) -> Result<()> {
+        self.store.check_table().await
+    }
+
     /// Runs until `shutdown` resolves (or [`WorkerHandle::shutdown`]), then stops claiming,
     /// cancels every handler, waits for them (at most `handler_grace` each, then aborts them),
     /// releases every lease in parallel and returns the final snapshot.
+    ///
+    /// The store's table is checked first ([`Worker::check_table`]), before anything is claimed:
+    /// a throttled, slow or unreachable store is asked again until it answers or the shutdown
+    /// comes; a refusal (a global table in eventual consistency, a missing table, refused
+    /// credentials) is logged as an error and the run returns at once, having claimed nothing.
     ///
     /// Dropping this future instead (or aborting its task) is a crash: every task stops at once
     /// and no lease is released, so other workers take over after the expiry.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> WorkerSnapshot {
         let Worker { shared, store, handler, hints, reporter } = self;
+        tokio::pin!(shutdown);
+        if !table_checked(&*store, &shared, shutdown.as_mut()).await {
+            shared.finished.cancel();
+            return shared.engine().snapshot();
+        }
         info!(worker_id = %shared.id, max_connections = shared.engine().settings().max_connections, "worker started");
         let mut driver = Driver {
             session_mode: store.config().mode == LeaseMode::Session,
@@ -390,7 +408,6 @@ impl Worker {
             stopping: CancellationToken::new(),
             finished: false,
         };
-        tokio::pin!(shutdown);
         loop {
             driver.run_commands();
             if driver.finished {
@@ -436,6 +453,40 @@ impl Worker {
         let snapshot = shared.engine().snapshot();
         shared.finished.cancel();
         snapshot
+    }
+}
+
+/// The store's table check at the start of a run (see [`Worker::run_until`]): `true` once it
+/// passed, `false` on a refusal or a shutdown before it could pass.
+async fn table_checked(
+    store: &dyn LeaseStore,
+    shared: &Shared,
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> bool {
+    let mut attempt = 0;
+    loop {
+        let failure = tokio::select! {
+            biased;
+            () = &mut shutdown => return false,
+            () = shared.shutdown.cancelled() => return false,
+            checked = store.check_table() => match checked {
+                Ok(()) => return true,
+                Err(e) => e,
+            },
+        };
+        if !matches!(failure, Error::Throttled | Error::Timeout { .. } | Error::Unreachable(_)) {
+            error!(worker_id = %shared.id, error = %failure, "table refused: the worker claims nothing and stops");
+            return false;
+        }
+        let delay = crate::lease::backoff_ms(attempt, 1_000, 30_000, rand::random::<f64>());
+        warn!(worker_id = %shared.id, error = %failure, delay_ms = delay, "table check failed; asking again");
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return false,
+            () = shared.shutdown.cancelled() => return false,
+            () = tokio::time::sleep(Duration::from_millis(delay)) => {}
+        }
     }
 }
 
