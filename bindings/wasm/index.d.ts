@@ -163,6 +163,12 @@ export interface WorkerOptions {
   handlerGraceMs?: number;
   /** The hint queue's long-poll wait (default 5000, at most 20000). */
   hintWaitMs?: number;
+  /**
+   * Session mode: how far behind the table the owner index may be, ms (default 10000). A dead
+   * session whose work the index does not list is retired only once a listing sent this long
+   * after its last write lists nothing.
+   */
+  indexLagMs?: number;
   /** How often a metrics line (CloudWatch EMF, as the Rust worker's) is written (default 60000). */
   metricsIntervalMs?: number;
   /** The metrics' CloudWatch namespace (default "leaselock"). */

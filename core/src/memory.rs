@@ -1,7 +1,7 @@
 //! An in-memory store with exactly the DynamoDB store's semantics and an injectable clock, for
 //! tests, simulations and the wasm build.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +35,32 @@ struct Table {
     shards: u32,
     /// The owner index (sparse on `lease_owner`): (owner, key).
     owners: BTreeSet<(String, String)>,
+    /// With [`MemoryStore::set_index_lag_ms`]: the orphan index (the session listing with it)
+    /// and the owner index lag behind the items, each by its own time, as DynamoDB's global
+    /// secondary indexes do.
+    orphan_lag: Option<Lagged>,
+    owner_lag: Option<Lagged>,
+}
+
+/// The store's two indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// The sparse orphan index on `desired_state` (and the session listing, its session partition).
+    Orphan,
+    /// The owner index on `lease_owner`.
+    Owner,
+}
+
+/// Indexes that answer as they were `ms` ago: a write reaches them `ms` after it was applied
+/// to the item. Until then a query finds the item where it was, with its old values; a new item
+/// is not there yet, a deleted one still is.
+#[derive(Debug, Default)]
+struct Lagged {
+    ms: u64,
+    /// The items as the indexes see them (what a query returns).
+    seen: HashMap<String, LeaseItem>,
+    /// Writes not yet in the indexes, in order: (when they reach them, key, the item after).
+    pending: VecDeque<(u64, String, Option<LeaseItem>)>,
 }
 
 impl Table {
@@ -52,38 +78,105 @@ impl Table {
     }
 
     /// Runs `f` on the item at `key` (`None`: there is none; left `None`: there is none after),
-    /// keeping the indexes in step with what it leaves.
-    fn update<T>(&mut self, key: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> T) -> T {
+    /// keeping the indexes in step with what it leaves (at once, or as each lags after `now_ms`).
+    fn update<T>(&mut self, key: &str, now_ms: u64, f: impl FnOnce(&mut Option<LeaseItem>) -> T) -> T {
         let mut slot = self.items.remove(key);
-        let (orphan_before, owner_before) = match &slot {
-            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
-            None => (None, None),
-        };
+        let before = slot.clone();
         let out = f(&mut slot);
-        let (orphan_after, owner_after) = match &slot {
-            Some(item) => (self.orphan_entry(key, item), Self::owner_entry(key, item)),
-            None => (None, None),
-        };
-        if orphan_before != orphan_after {
-            if let Some(entry) = orphan_before {
-                self.orphans.remove(&entry);
-            }
-            if let Some(entry) = orphan_after {
-                self.orphans.insert(entry);
-            }
-        }
-        if owner_before != owner_after {
-            if let Some(entry) = owner_before {
-                self.owners.remove(&entry);
-            }
-            if let Some(entry) = owner_after {
-                self.owners.insert(entry);
+        for index in [Index::Orphan, Index::Owner] {
+            match self.lag_mut(index) {
+                Some(lag) => lag.pending.push_back((now_ms.saturating_add(lag.ms), key.to_string(), slot.clone())),
+                None => self.reindex(index, key, before.as_ref(), slot.as_ref()),
             }
         }
         if let Some(item) = slot {
             self.items.insert(key.to_string(), item);
         }
         out
+    }
+
+    fn lag_mut(&mut self, index: Index) -> Option<&mut Lagged> {
+        match index {
+            Index::Orphan => self.orphan_lag.as_mut(),
+            Index::Owner => self.owner_lag.as_mut(),
+        }
+    }
+
+    /// Moves the entry of `key` in `index` from what `before` gives to what `after` gives.
+    fn reindex(&mut self, index: Index, key: &str, before: Option<&LeaseItem>, after: Option<&LeaseItem>) {
+        match index {
+            Index::Orphan => {
+                let was = before.and_then(|i| self.orphan_entry(key, i));
+                let is = after.and_then(|i| self.orphan_entry(key, i));
+                if was != is {
+                    was.map(|e| self.orphans.remove(&e));
+                    is.map(|e| self.orphans.insert(e));
+                }
+            }
+            Index::Owner => {
+                let was = before.and_then(|i| Self::owner_entry(key, i));
+                let is = after.and_then(|i| Self::owner_entry(key, i));
+                if was != is {
+                    was.map(|e| self.owners.remove(&e));
+                    is.map(|e| self.owners.insert(e));
+                }
+            }
+        }
+    }
+
+    /// Lets the writes made `lag` ms before `now_ms` reach the lagging indexes.
+    fn catch_up(&mut self, now_ms: u64) {
+        for index in [Index::Orphan, Index::Owner] {
+            while let Some(lag) = self.lag_mut(index) {
+                if lag.pending.front().is_none_or(|(at, ..)| *at > now_ms) {
+                    break;
+                }
+                let Some((_, key, after)) = lag.pending.pop_front() else { break };
+                let before = lag.seen.remove(&key);
+                if let Some(item) = &after {
+                    lag.seen.insert(key.clone(), item.clone());
+                }
+                self.reindex(index, &key, before.as_ref(), after.as_ref());
+            }
+        }
+    }
+
+    /// The item at `key` as `index` sees it.
+    fn indexed(&self, index: Index, key: &str) -> Option<&LeaseItem> {
+        let lag = match index {
+            Index::Orphan => &self.orphan_lag,
+            Index::Owner => &self.owner_lag,
+        };
+        match lag {
+            Some(lag) => lag.seen.get(key),
+            None => self.items.get(key),
+        }
+    }
+
+    fn set_lag(&mut self, index: Index, ms: u64) {
+        if ms == 0 {
+            // Up to date, and kept so.
+            if let Some(mut lag) = match index {
+                Index::Orphan => self.orphan_lag.take(),
+                Index::Owner => self.owner_lag.take(),
+            } {
+                for (_, key, after) in lag.pending.drain(..) {
+                    let before = lag.seen.remove(&key);
+                    if let Some(item) = &after {
+                        lag.seen.insert(key.clone(), item.clone());
+                    }
+                    self.reindex(index, &key, before.as_ref(), after.as_ref());
+                }
+            }
+        } else if let Some(lag) = self.lag_mut(index) {
+            lag.ms = ms;
+        } else {
+            let lag = Lagged { ms, seen: self.items.clone(), pending: VecDeque::new() };
+            match index {
+                Index::Orphan => self.orphan_lag = Some(lag),
+                Index::Owner => self.owner_lag = Some(lag),
+            }
+        }
     }
 }
 
@@ -104,6 +197,21 @@ impl MemoryStore {
         Ok(Self { config, clock, items: Arc::new(Mutex::new(table)), sessions: Arc::default() })
     }
 
+    /// Makes both indexes answer as they were `ms` ago ([`MemoryStore::set_lag_of`]).
+    pub fn set_index_lag_ms(&self, ms: u64) {
+        self.set_lag_of(Index::Orphan, ms);
+        self.set_lag_of(Index::Owner, ms);
+    }
+
+    /// Makes `index` answer as it was `ms` ago, on the store's clock, as DynamoDB's global
+    /// secondary indexes may: a write reaches it `ms` after it was applied. Until then a query
+    /// finds the item where it was, with its old values; a new item is not there yet, a deleted
+    /// one still is. Item reads stay consistent. 0 (the default) brings it up to date and keeps
+    /// it so. Applies to every handle on these items.
+    pub fn set_lag_of(&self, index: Index, ms: u64) {
+        self.items.lock().expect("memory store poisoned").set_lag(index, ms);
+    }
+
     /// Another handle on the same items, seeing time through `clock` (a worker with its own clock).
     pub fn with_clock(&self, clock: Arc<dyn Clock>) -> Self {
         Self { clock, ..self.clone() }
@@ -111,7 +219,7 @@ impl MemoryStore {
 
     fn with_item<T>(&self, id: &str, f: impl FnOnce(&mut Option<LeaseItem>) -> Result<T>) -> Result<T> {
         let key = self.config.key(id);
-        self.items.lock().expect("memory store poisoned").update(&key, f)
+        self.items.lock().expect("memory store poisoned").update(&key, self.clock.now_ms(), f)
     }
 
     /// A claim; `started_only` refuses ids without an item or a desired state (creating nothing).
@@ -152,7 +260,7 @@ impl MemoryStore {
     fn end_session_with(&self, session: &Session, load: Option<SessionLoad>) -> Result<()> {
         let key = self.config.key(&self.config.session_id(&session.owner));
         let mut items = self.items.lock().expect("memory store poisoned");
-        items.update(&key, |slot| match slot {
+        items.update(&key, self.clock.now_ms(), |slot| match slot {
             Some(item) if item.fence == session.epoch => {
                 item.expires_at_ms = Some(0);
                 if let Some(load) = load {
@@ -172,7 +280,7 @@ impl MemoryStore {
         }
         let key = self.config.key(&self.config.session_id(&session.owner));
         let mut items = self.items.lock().expect("memory store poisoned");
-        items.update(&key, |slot| match slot {
+        items.update(&key, self.clock.now_ms(), |slot| match slot {
             Some(item) if item.fence == session.epoch && item.expires_at_ms != Some(0) => {
                 item.expires_at_ms = Some(expiry_for(now, &self.config));
                 if let Some(load) = load {
@@ -303,7 +411,8 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
-        let table = self.items.lock().expect("memory store poisoned");
+        let mut table = self.items.lock().expect("memory store poisoned");
+        table.catch_up(self.clock.now_ms());
         let page_size = page_size.max(1);
         // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
         // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
@@ -336,20 +445,21 @@ impl LeaseStore for MemoryStore {
             expires_at_ms: *exp,
             shard: *shard,
         });
-        let items = page.into_iter().filter_map(|(_, _, k)| table.get(k).cloned()).collect();
+        let items = page.into_iter().filter_map(|(_, _, k)| table.indexed(Index::Orphan, k).cloned()).collect();
         Ok(OrphanPage { items, next })
     }
 
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
         let now = self.clock.now_ms();
-        let table = self.items.lock().expect("memory store poisoned");
+        let mut table = self.items.lock().expect("memory store poisoned");
+        table.catch_up(now);
         let from = (owner.to_string(), String::new());
         Ok(table
             .owners
             .range(from..)
             .take_while(|(o, _)| o == owner)
             .filter(|(_, k)| k.starts_with(&self.config.key_prefix))
-            .filter_map(|(_, k)| table.get(k))
+            .filter_map(|(_, k)| table.indexed(Index::Owner, k))
             .filter(|i| i.holder_at(now) == Some(owner))
             .cloned()
             .collect())
@@ -370,7 +480,7 @@ impl LeaseStore for MemoryStore {
         let id = self.config.session_id(owner);
         let key = self.config.key(&id);
         let mut items = self.items.lock().expect("memory store poisoned");
-        let epoch = items.update(&key, |slot| {
+        let epoch = items.update(&key, self.clock.now_ms(), |slot| {
             let item = slot.get_or_insert_with(|| LeaseItem { id, ..Default::default() });
             // Rule 1 on the session, or our own epoch that we stopped acting for.
             let alive = item.expires_at_ms.is_some_and(|exp| exp >= claim_cutoff(now, &self.config));
@@ -450,7 +560,7 @@ impl LeaseStore for MemoryStore {
                 }
             }
         }
-        let claimed = items.update(&key, |slot| {
+        let claimed = items.update(&key, self.clock.now_ms(), |slot| {
             let item = slot.as_mut().expect("item read above");
             item.owner = Some(session.owner.clone());
             item.expires_at_ms = Some(HELD_UNDER_SESSION_MS);
@@ -464,13 +574,16 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
-        let items = self.items.lock().expect("memory store poisoned");
+        let mut items = self.items.lock().expect("memory store poisoned");
+        items.catch_up(self.clock.now_ms());
         let state = self.sessions.lock().expect("memory store poisoned");
+        // The session partition of the orphan index: the items as the index sees them (a
+        // retirement leaves it at once here, where DynamoDB's index would still list it a while).
         let mut found: Vec<SessionItem> = state
             .listed
             .iter()
             .filter(|k| k.starts_with(&self.config.key_prefix))
-            .filter_map(|k| Some((k, items.get(k)?)))
+            .filter_map(|k| Some((k, items.indexed(Index::Orphan, k)?)))
             .filter(|(_, i)| i.expires_at_ms.unwrap_or(0) < below_ms)
             .filter_map(|(k, i)| {
                 Some(SessionItem {

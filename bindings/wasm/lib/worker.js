@@ -122,7 +122,7 @@ class Worker {
   /**
    * @param {object} options `table` (a LeaseTable), `handler(conn, signal)` (async), and
    *   optionally `sqs` + `queueUrl` (START hints), `maxConnections`, `workerId`,
-   *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`,
+   *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`, `indexLagMs`,
    *   `metricsIntervalMs`, `metricsNamespace`, `metrics` (where the EMF lines go: a function of
    *   the line, default stdout), `logger`, and `balance` (session mode; default true).
    */

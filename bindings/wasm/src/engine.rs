@@ -265,6 +265,7 @@ impl WorkerEngine {
             balance: s.balance,
             hints: s.hints,
             hint_wait_ms: s.hint_wait_ms,
+            index_lag_ms: s.index_lag_ms,
         };
         let (engine, logs) =
             logs::capture(|| Engine::new(settings, table.config.clone(), seed as u64, now(wall_ms, mono_ms)));

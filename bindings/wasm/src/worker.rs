@@ -21,6 +21,8 @@ pub struct Settings {
     pub desired_state_interval_ms: u64,
     pub handler_grace_ms: u64,
     pub hint_wait_ms: u64,
+    /// Session mode: how far behind the table the owner index may be.
+    pub index_lag_ms: u64,
     pub claim_concurrency: usize,
     pub hint_claim_concurrency: usize,
     pub poll_answer_margin_ms: u64,
@@ -101,6 +103,7 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         desired_state_interval_ms: num("desiredStateIntervalMs", ms(decide::DEFAULT_DESIRED_STATE_INTERVAL), 1)?,
         handler_grace_ms: num("handlerGraceMs", ms(decide::DEFAULT_HANDLER_GRACE), 0)?,
         hint_wait_ms: num("hintWaitMs", ms(decide::DEFAULT_HINT_WAIT), 0)?,
+        index_lag_ms: num("indexLagMs", ms(decide::DEFAULT_INDEX_LAG), 0)?,
         claim_concurrency: decide::CLAIM_CONCURRENCY,
         hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
         poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),

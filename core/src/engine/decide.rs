@@ -75,6 +75,12 @@ pub const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_HANDLER_GRACE: Duration = Duration::from_secs(5);
 /// The hint queue's long-poll wait; a shutdown waits for the poll in flight, so keep it short.
 pub const DEFAULT_HINT_WAIT: Duration = Duration::from_secs(5);
+/// How far behind the table the owner index may be (DynamoDB's global secondary indexes are
+/// eventually consistent: usually under a second, longer under write pressure). A dead session
+/// whose work the index does not list is retired only once a listing sent this long after the
+/// session's last write still lists nothing: work claimed just before it died is taken over,
+/// not stranded, whenever the index lags less than this.
+pub const DEFAULT_INDEX_LAG: Duration = Duration::from_secs(10);
 /// SQS's longest long poll.
 pub const MAX_HINT_WAIT: Duration = Duration::from_secs(20);
 /// How long after its wait time a long poll may still take to be answered.

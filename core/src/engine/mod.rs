@@ -62,6 +62,14 @@ pub struct Settings {
     pub hints: bool,
     /// The long-poll wait of one receive.
     pub hint_wait_ms: u64,
+    /// How far behind the table the owner index may be ([`decide::DEFAULT_INDEX_LAG`]): an empty
+    /// listing of a dead session's work retires it only when sent this long after its last write.
+    #[serde(default = "default_index_lag_ms")]
+    pub index_lag_ms: u64,
+}
+
+fn default_index_lag_ms() -> u64 {
+    decide::DEFAULT_INDEX_LAG.as_millis() as u64
 }
 
 impl Settings {
@@ -79,6 +87,7 @@ impl Settings {
             balance: true,
             hints: false,
             hint_wait_ms: ms(decide::DEFAULT_HINT_WAIT),
+            index_lag_ms: ms(decide::DEFAULT_INDEX_LAG),
         }
     }
 }
@@ -521,6 +530,9 @@ struct OrphanRound {
     peer_dies_at_mono_ms: Option<u64>,
     /// The owners of the live sessions, this worker's among them.
     live_owners: Vec<String>,
+    /// When the dead sessions' work (and ours of earlier epochs, with `listed_own`) was listed.
+    listed_at: Option<Now>,
+    listed_own: bool,
 }
 
 #[derive(Debug)]
@@ -631,6 +643,13 @@ pub struct Engine {
     wakes: std::collections::BinaryHeap<std::cmp::Reverse<(u64, String)>>,
     /// Leases changed since their last entry: each gets a new entry at the end of the step.
     dirty: BTreeSet<String>,
+    /// Sessions listed as ended (expiry 0), and when this worker first read them so (monotonic
+    /// ms): the end was written before that, so a listing of their work sent
+    /// `index_lag_ms` later lists everything they held.
+    ended_seen: HashMap<(String, u64), u64>,
+    /// Our own earlier epochs' work is listed again at each poll until then (monotonic ms): the
+    /// index may not list all of it yet when the session opens.
+    reclaim_own_until_mono_ms: u64,
 }
 
 impl Engine {
@@ -678,6 +697,8 @@ impl Engine {
             taken_from: HashMap::new(),
             wakes: std::collections::BinaryHeap::new(),
             dirty: BTreeSet::new(),
+            ended_seen: HashMap::new(),
+            reclaim_own_until_mono_ms: 0,
         };
         let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
         engine.desired_at_mono_ms = now.mono_ms + phase;
@@ -1353,7 +1374,15 @@ impl Engine {
             .map(|(owner, ..)| owner)
             .chain(std::iter::once(me.clone()))
             .collect();
+        let ended: Vec<(String, u64)> =
+            dead.iter().filter(|s| s.expires_at_ms == 0).map(|s| (s.owner.clone(), s.epoch)).collect();
+        self.ended_seen.retain(|key, _| ended.contains(key));
+        for key in ended {
+            self.ended_seen.entry(key).or_insert(mono);
+        }
         let reclaim_own = std::mem::take(&mut self.reclaim_own);
+        round.listed_at = Some(self.now);
+        round.listed_own = reclaim_own;
         for (owner, epoch) in dead_session_owners(&dead, &self.settings.worker_id, reclaim_own) {
             self.run(Op::OwnedBy { owner: owner.clone() }, Pending::Owned { owner, epoch });
             round.owned_waiting += 1;
@@ -1444,7 +1473,9 @@ impl Engine {
         if self.session_mode() {
             for dead in std::mem::take(&mut round.dead) {
                 if dead.listed == 0 {
-                    if let Some(epoch) = dead.epoch {
+                    // Nothing listed: retired only once the listing was sent late enough for
+                    // the owner index to list all the session held (see `listing_is_whole`).
+                    if let Some(epoch) = dead.epoch.filter(|e| self.listing_is_whole(&round, &dead.owner, *e)) {
                         self.run(Op::RetireSession { owner: dead.owner.clone(), epoch }, Pending::Retire);
                     }
                     continue;
@@ -1470,6 +1501,27 @@ impl Engine {
             }
         }
         self.poll = PollPhase::Claims(round);
+    }
+
+    /// Whether the round's listing of the dead session `(owner, epoch)` was sent at least
+    /// `index_lag_ms` after the session's last write, so that an owner index lagging less than
+    /// that lists every connection the session held: its silence is then an answer. A session
+    /// that died holds nothing claimed after its expiry (the listed one: a listing that lags
+    /// shows an older expiry, never a later one); an ended one nothing claimed after its end,
+    /// which came before this worker first read it as ended.
+    fn listing_is_whole(&self, round: &OrphanRound, owner: &str, epoch: u64) -> bool {
+        let Some(at) = round.listed_at else { return false };
+        let lag = self.settings.index_lag_ms;
+        match round.dead_sessions.iter().find(|s| s.owner == owner && s.epoch == epoch) {
+            Some(s) if s.expires_at_ms > 0 => {
+                at.wall_ms >= s.expires_at_ms.saturating_add(self.config.skew_ms()).saturating_add(lag)
+            }
+            Some(_) => self
+                .ended_seen
+                .get(&(owner.to_string(), epoch))
+                .is_some_and(|seen| at.mono_ms >= seen.saturating_add(lag)),
+            None => false,
+        }
     }
 
     fn shuffle(&mut self, ids: &mut [String]) {
@@ -1532,8 +1584,10 @@ impl Engine {
     }
 
     fn end_round(&mut self, round: OrphanRound) {
-        if round.own_claimed < round.own_wanted {
-            // Some of our earlier work is still listed under us: look again at the next poll.
+        let early = round.listed_at.is_some_and(|at| at.mono_ms < self.reclaim_own_until_mono_ms);
+        if round.own_claimed < round.own_wanted || (round.listed_own && early) {
+            // Some of our earlier work is still listed under us, or the index may not list all
+            // of it yet: look again at the next poll.
             self.reclaim_own = true;
         }
         for (owner, claimed) in &round.takeovers {
@@ -1753,8 +1807,10 @@ impl Engine {
                 info!(worker_id = %self.settings.worker_id, epoch = session.epoch, "session opened");
                 self.cover_all(&session);
                 self.session = SessionPhase::Live { session, renewing: false };
-                // Work of an earlier epoch of ours is claimed back like a dead session's.
+                // Work of an earlier epoch of ours is claimed back like a dead session's, listed
+                // until the index has caught up with the writes of the earlier epochs.
                 self.reclaim_own = true;
+                self.reclaim_own_until_mono_ms = self.now.mono_ms.saturating_add(self.settings.index_lag_ms);
                 self.poll_orphans_now();
             }
             Answer::Failed(e) => {

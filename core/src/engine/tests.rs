@@ -410,7 +410,8 @@ fn traces_dir() -> std::path::PathBuf {
 /// Records the vectors' runs (set `LEASELOCK_RECORD_TRACES=1` to write them again).
 fn record_all() -> Vec<Trace> {
     let mut traces = Vec::new();
-    // A session claim whose answer arrives after a renewal: the claim is covered.
+    // A session claim whose answer arrives after a renewal: the claim is covered. (No index
+    // lag allowed for: its own earlier work is listed once, when the session opens.)
     {
         let c = config(LeaseMode::Session, 3_000, 1_000, 500);
         let mut sim = Sim::new(c.clone(), START);
@@ -420,7 +421,7 @@ fn record_all() -> Vec<Trace> {
             "session_claim_covered",
             "Session mode: a claim answered 2.4 s late, after a session renewal, is covered by the renewed session (SetDeadline) and never cancelled by its deadline.",
             sim,
-            settings("a", 10),
+            Settings { index_lag_ms: 0, ..settings("a", 10) },
             8_000,
             None,
         ));
@@ -520,4 +521,70 @@ fn two_balanced_session_workers_stop_moving_work_once_even() {
     sim.run_until(70_000);
     let moved = sim.ops.get("release").copied().unwrap_or(0) - before;
     assert_eq!((moved, spread(&sim)), (0, at), "hand-overs after the fleet was even at {at:?}");
+}
+
+/// What became of work claimed just before its worker died while the owner index lagged.
+#[derive(Debug)]
+struct Stranding {
+    /// After the kill, when the work ran again on a live worker (None: not within the run).
+    owned_again_after_ms: Option<u64>,
+    /// After the kill, when the dead session was first retired (None: not within the run).
+    retired_after_ms: Option<u64>,
+}
+
+/// Session mode, lease 5 s, renew 1.25 s, skew 250 ms, three workers; the owner index lags
+/// `lag_ms` behind the table (the orphan index does not: its stale entry of the unclaimed work
+/// would lead the survivors to it). A stream is STARTed (no hint), and its claimer, which holds
+/// nothing else, dies right after its claim lands, before the index lists the claim under it. The
+/// engines retire a dead session from an empty listing as `index_lag_ms` allows.
+fn claim_then_kill_with_index_lag(lag_ms: u64, index_lag_ms: u64) -> Stranding {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        sim.spawn(Settings { index_lag_ms, ..settings(name, 30) }, i as u64 + 60);
+    }
+    sim.store.set_lag_of(crate::memory::Index::Owner, lag_ms);
+    sim.run_until(20_000);
+    let id = "fresh".to_string();
+    block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+    let started_at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(started_at + 30_000, 1, |s| s.running_on(&id).len() == 1), "claimed from the orphan index");
+    let victim = sim.running_on(&id)[0];
+    let victim_id = sim.nodes[victim].engine.settings().worker_id.clone();
+    sim.crash(victim);
+    let killed_at = sim.clock.monotonic_ms();
+    let owned = sim.run_while(killed_at + 60_000, 10, |s| s.running_on(&id).len() == 1);
+    let owned_again_after_ms = owned.then(|| sim.clock.monotonic_ms() - killed_at);
+    sim.run_until(killed_at + 60_000);
+    // Never two live owners at once.
+    assert!(sim.running_on(&id).len() <= 1);
+    let retired_after_ms = sim
+        .log
+        .iter()
+        .find(|e| {
+            e.at_mono_ms > killed_at
+                && matches!(&e.command, Command::Run { request: Op::RetireSession { owner, .. }, .. } if *owner == victim_id)
+        })
+        .map(|e| e.at_mono_ms - killed_at);
+    Stranding { owned_again_after_ms, retired_after_ms }
+}
+
+/// An owner index 8 s behind the table, longer than the 5 s session lease: the survivors find
+/// the dead session before the index lists its last claim. They keep listing it (its silence
+/// is no answer until a listing sent `index_lag_ms` after its last write), take the work over
+/// once the index lists it, and retire the session only after that. The bound: lease + skew +
+/// the index's lag + one orphan interval (2 s) + 1 s.
+#[test]
+fn work_claimed_just_before_its_worker_died_is_taken_over_when_the_lagging_index_lists_it() {
+    let out = claim_then_kill_with_index_lag(8_000, 10_000);
+    let owned = out.owned_again_after_ms.expect("the work is owned by a live worker again");
+    assert!(owned <= 5_000 + 250 + 8_000 + 2_000 + 1_000, "{out:?}");
+    let retired = out.retired_after_ms.expect("the dead session is retired");
+    assert!(retired > owned, "retired before its work was taken over: {out:?}");
+    // The scenario is the one that strands work when the engine trusts the index's silence:
+    // with no lag allowed for, the session is retired from an empty listing and the work is
+    // never owned again.
+    let trusting = claim_then_kill_with_index_lag(8_000, 0);
+    assert_eq!(trusting.owned_again_after_ms, None, "{trusting:?}");
+    assert!(trusting.retired_after_ms.is_some(), "{trusting:?}");
+    eprintln!("index lag 8 s: allowed for {out:?}; trusted {trusting:?}");
 }

@@ -52,8 +52,9 @@ pub use crate::engine::WorkerSnapshot;
 pub use clock::TokioClock;
 pub use connection::Connection;
 pub use decide::{
-    CancelReason, DEFAULT_DESIRED_STATE_INTERVAL, DEFAULT_HANDLER_GRACE, DEFAULT_HINT_WAIT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_CONNECTIONS_LIMIT, MAX_HINT_WAIT, POLL_ANSWER_MARGIN,
+    CancelReason, DEFAULT_DESIRED_STATE_INTERVAL, DEFAULT_HANDLER_GRACE, DEFAULT_HINT_WAIT, DEFAULT_INDEX_LAG,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_CONNECTIONS_LIMIT, MAX_HINT_WAIT,
+    POLL_ANSWER_MARGIN,
 };
 
 use crate::config::{validate_duration, validate_id, validate_queue_url, validate_text};
@@ -86,6 +87,7 @@ pub(crate) struct Settings {
     pub(crate) handler_grace: Duration,
     /// Session mode: claim at most a fair share of the fleet's work, hand the excess over.
     pub(crate) balance: bool,
+    pub(crate) index_lag: Duration,
 }
 
 /// Builds a [`Worker`]; every knob has the design's default.
@@ -157,6 +159,18 @@ impl WorkerBuilder {
         self
     }
 
+    /// Session mode: how far behind the table the owner index may be (default 10 s). A dead
+    /// session whose work the index does not list is retired only once a listing sent this long
+    /// after the session's last write lists nothing; until then the survivors list it again at
+    /// each orphan poll. Work claimed just before its worker died is taken over within
+    /// lease + clock skew + the index's real lag + one orphan interval, whenever that lag is
+    /// below this. A longer setting costs one owner-index query per dead session per poll for
+    /// longer; it never delays the takeover of work the index lists.
+    pub fn index_lag(mut self, d: Duration) -> Self {
+        self.settings.index_lag = d;
+        self
+    }
+
     /// Receive START hints from this SQS queue (long poll, [`DEFAULT_HINT_WAIT`]).
     pub fn hint_queue(mut self, client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         self.hints = Some(HintQueue { client, queue_url: queue_url.into(), wait: DEFAULT_HINT_WAIT });
@@ -193,9 +207,10 @@ impl WorkerBuilder {
             ("desired_state_interval", s.desired_state_interval),
             ("metrics_interval", s.metrics_interval),
             ("handler_grace", s.handler_grace),
+            ("index_lag", s.index_lag),
         ] {
             validate_duration(field, d)?;
-            if d.is_zero() && field != "handler_grace" {
+            if d.is_zero() && field != "handler_grace" && field != "index_lag" {
                 return invalid(field, "must be greater than zero".into());
             }
         }
@@ -229,6 +244,7 @@ impl WorkerBuilder {
             balance: s.balance,
             hints: self.hints.is_some(),
             hint_wait_ms: self.hint_wait.as_millis() as u64,
+            index_lag_ms: s.index_lag.as_millis() as u64,
         };
         let engine = Engine::new(settings, store.config().clone(), rand::random(), now);
         let shared = Arc::new(Shared {
@@ -339,6 +355,7 @@ impl Worker {
                 metrics_interval: DEFAULT_METRICS_INTERVAL,
                 handler_grace: DEFAULT_HANDLER_GRACE,
                 balance: true,
+                index_lag: DEFAULT_INDEX_LAG,
             },
             hints: None,
             hint_wait: DEFAULT_HINT_WAIT,
