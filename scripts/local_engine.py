@@ -34,6 +34,12 @@ where that is not permitted), so a build running beside a test slows the workers
 Opt-in, DynamoDB's per-partition throughput limits (LEASELOCK_PARTITION_WCU /
 LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/partition_limits.py.
 
+Opt-in, DynamoDB's index lag (LEASELOCK_INDEX_LAG_MS=N, or N,index-name=M,... per index; per
+table at run time with POST /_leaselock/index-lag): a Query or Scan of a global secondary index
+answers from the index as it was N ms ago, table reads at once; see scripts/index_lag.py. Lagged
+or not, a consistent read of a global secondary index is refused, as DynamoDB refuses it (moto
+does that itself).
+
     python scripts/local_engine.py [-H 127.0.0.1] [-p 4566]
 """
 
@@ -57,6 +63,7 @@ from moto.sqs.exceptions import ReceiptHandleIsInvalid
 from moto.sqs.models import Queue, SQSBackend
 from werkzeug.serving import run_simple
 
+import index_lag
 import partition_limits
 
 
@@ -252,20 +259,37 @@ SQSBackend.delete_message_batch = _delete_message_batch
 
 
 class OneDynamoDBRequestAtATime:
-    """Serialises DynamoDB requests; with `limits`, bills and limits them per partition too."""
+    """Serialises DynamoDB requests; with `limits`, bills and limits them per partition too;
+    with `lag` (an index_lag.IndexLag), lags GSI reads once some lag is set."""
 
-    def __init__(self, app, limits=None):
+    def __init__(self, app, limits=None, lag=None):
         self.app = app
         self.lock = threading.Lock()
         # Without limits, DynamoDB requests go straight to moto: nothing is parsed or counted.
         self.dynamodb = app if limits is None else partition_limits.PartitionLimited(app, limits)
         self.stats = None if limits is None else self.dynamodb.stats
+        self.lag = index_lag.IndexLag() if lag is None else lag
+        if self.lag.any():
+            self.lag.install()
+        self._clock_if_lagged()
+
+    def _clock_if_lagged(self):
+        # Until some lag is set, DynamoDB requests do not pass through the index lag at all.
+        if self.lag.installed and not isinstance(self.dynamodb, index_lag.Clocked):
+            self.dynamodb = index_lag.Clocked(self.dynamodb, self.lag)
 
     def __call__(self, environ, start_response):
         if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB"):
-            if self.stats is not None and environ.get("PATH_INFO", "").startswith(partition_limits.PATH):
-                with self.lock:
-                    return self.stats(environ, start_response)
+            path = environ.get("PATH_INFO", "")
+            if path.startswith("/_leaselock/"):
+                if self.stats is not None and path.startswith(partition_limits.PATH):
+                    with self.lock:
+                        return self.stats(environ, start_response)
+                if path.startswith(index_lag.PATH):
+                    with self.lock:
+                        answer = self.lag.control(environ, start_response)
+                        self._clock_if_lagged()
+                        return answer
             return self.app(environ, start_response)
         with self.lock:
             # The whole response is produced under the lock.
@@ -290,13 +314,20 @@ def main():
             flush=True,
         )
         limits = partition_limits.PartitionLimits(*limits)
+    lag = index_lag.IndexLag(*index_lag.settings_from_env())
+    if lag.any():
+        print(
+            "local engine: GSI reads lag %d ms%s (%s)"
+            % (lag.default_ms, "".join(f", {k} {v} ms" for k, v in lag.indexes.items()), index_lag.PATH),
+            flush=True,
+        )
     # werkzeug logs each request at INFO, and errors at ERROR.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,
         args.port,
-        OneDynamoDBRequestAtATime(app, limits),
+        OneDynamoDBRequestAtATime(app, limits, lag),
         threaded=True,
         request_handler=MotoRequestHandler,
     )

@@ -5,8 +5,8 @@
 Each test is a property the project's other tests rely on: DynamoDB's atomic conditional writes
 and transactions, and SQS semantics (counts, delays, visibility, batch deletes) that the engine
 reimplements faster. Run against a stock moto_server, the atomicity test fails. The per-partition
-limits (scripts/partition_limits.py) are checked on an engine of this test's own, started with
-them on a free loopback port and stopped by its pid.
+limits (scripts/partition_limits.py) and the lagging indexes (scripts/index_lag.py) are checked on
+engines of this test's own, started on a free loopback port and stopped by their pid.
 """
 
 import json
@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -431,6 +432,241 @@ class ItemAnswers(unittest.TestCase):
         self.assertEqual(both["Responses"][0]["Item"]["doc"]["M"]["list"]["L"][2], {"BOOL": True})
         gone = ddb.delete_item(TableName=t, Key={"pk": S("c0")}, ReturnValues="ALL_OLD", **cap)
         self.assertEqual(gone["Attributes"]["pk"], S("c0"))
+
+
+def wait_until(moment):
+    while (left := moment - time.monotonic()) > 0:
+        time.sleep(left)
+
+
+class IndexLagChecks:
+    """Reads of the two indexes of `create_indexed_table`, and the timing of a lag's checks."""
+
+    MARGIN = 0.15
+
+    def by_state(self, state, table=None, **kw):
+        got = self.ddb.query(TableName=table or self.table, IndexName="by-state", KeyConditionExpression="#s = :s",
+                             ExpressionAttributeNames={"#s": "state"}, ExpressionAttributeValues={":s": S(state)}, **kw)
+        return got["Items"]
+
+    def count(self, state):
+        got = self.ddb.query(TableName=self.table, IndexName="by-state", KeyConditionExpression="#s = :s",
+                             ExpressionAttributeNames={"#s": "state"}, ExpressionAttributeValues={":s": S(state)},
+                             Select="COUNT")
+        self.assertNotIn("Items", got)
+        return got["Count"]
+
+    def by_owner(self, owner, table=None):
+        got = self.ddb.query(TableName=table or self.table, IndexName="by-owner", KeyConditionExpression="#o = :o",
+                             ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": S(owner)})
+        return sorted(i["pk"]["S"] for i in got["Items"])
+
+    def get(self, pk, table=None):
+        return self.ddb.get_item(TableName=table or self.table, Key={"pk": S(pk)}, ConsistentRead=True).get("Item")
+
+    def write(self, call):
+        """Runs a write; returns (monotonic time before it, after it)."""
+        before = time.monotonic()
+        call()
+        return before, time.monotonic()
+
+    def still_within(self, since, lag):
+        """Asserts that the reads since `since` (before a write) all ended within the lag."""
+        self.assertLess(time.monotonic() - since, lag, "the reads took longer than the lag: they prove nothing")
+
+    def past(self, until, lag):
+        """Waits until the lag after a write that ended at `until` is over."""
+        wait_until(until + lag + self.MARGIN)
+
+
+class LaggedIndexes(IndexLagChecks, unittest.TestCase):
+    """LEASELOCK_INDEX_LAG_MS: every GSI read answers from the index as it was LAG ago (the
+    by-owner index OWNER_LAG ago); table reads answer at once. Each check within the lag ends
+    before write + lag (asserted), each check after it starts after write + lag + margin."""
+
+    LAG, OWNER_LAG = 0.8, 0.3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = OwnEngine(LEASELOCK_INDEX_LAG_MS=f"{int(cls.LAG * 1000)},by-owner={int(cls.OWNER_LAG * 1000)}")
+        cls.ddb = client("dynamodb", cls.engine.endpoint)
+        cls.table = create_indexed_table(cls.ddb, "lagged")
+        # The items the tests change, in the indexes once the lag is over.
+        item = lambda pk, state, exp, owner: {"pk": S(pk), "state": S(state), "exp": N(exp), "owner": S(owner),
+                                              "v": S("old")}
+        items = [item("c-1", "C-OLD", 10, "c-a"), item("d-1", "D", 1, "d-a"), item("d-2", "D", 1, "d-a")]
+        items += [{"pk": S(f"p-{i}"), "state": S("P"), "exp": N(i)} for i in range(5)]
+        cls.ddb.batch_write_item(RequestItems={cls.table: [{"PutRequest": {"Item": i}} for i in items]})
+        wait_until(time.monotonic() + cls.LAG + cls.MARGIN)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.stop()
+
+    def test_a_changed_item_is_listed_at_its_old_place_with_its_old_values(self):
+        start, end = self.write(lambda: self.ddb.update_item(
+            TableName=self.table, Key={"pk": S("c-1")}, UpdateExpression="SET #s = :s, exp = :e, #o = :o, v = :v",
+            ExpressionAttributeNames={"#s": "state", "#o": "owner"},
+            ExpressionAttributeValues={":s": S("C-NEW"), ":e": N(20), ":o": S("c-b"), ":v": S("new")}))
+        self.assertEqual(self.by_owner("c-a"), ["c-1"])
+        self.assertEqual(self.by_owner("c-b"), [])
+        self.still_within(start, self.OWNER_LAG)
+        old = self.by_state("C-OLD")
+        self.assertEqual([(i["pk"], i["exp"], i["owner"], i["v"]) for i in old], [(S("c-1"), N(10), S("c-a"), S("old"))])
+        self.assertEqual(self.by_state("C-NEW"), [])
+        # The table answers at once: GetItem, consistent or not, and a consistent query.
+        self.assertEqual(self.get("c-1")["v"], S("new"))
+        self.assertEqual(self.ddb.get_item(TableName=self.table, Key={"pk": S("c-1")})["Item"]["owner"], S("c-b"))
+        queried = self.ddb.query(TableName=self.table, KeyConditionExpression="pk = :p", ConsistentRead=True,
+                                 ExpressionAttributeValues={":p": S("c-1")})["Items"]
+        self.assertEqual(queried[0]["state"], S("C-NEW"))
+        self.still_within(start, self.LAG)
+        self.past(end, self.OWNER_LAG)
+        self.assertEqual((self.by_owner("c-a"), self.by_owner("c-b")), ([], ["c-1"]), "by-owner lags less")
+        self.assertEqual(len(self.by_state("C-OLD")), 1, "by-state still lags")
+        self.still_within(start, self.LAG)
+        self.past(end, self.LAG)
+        self.assertEqual(self.by_state("C-OLD"), [])
+        new = self.by_state("C-NEW")
+        self.assertEqual([(i["exp"], i["owner"], i["v"]) for i in new], [(N(20), S("c-b"), S("new"))])
+
+    def test_a_new_item_is_missing_then_listed(self):
+        start, end = self.write(lambda: self.ddb.put_item(TableName=self.table, Item={"pk": S("n-1"), "state": S("N"),
+                                                                                      "exp": N(1), "owner": S("n-a")}))
+        self.assertEqual(self.by_state("N"), [])
+        self.assertEqual(self.count("N"), 0)
+        self.assertEqual(self.ddb.scan(TableName=self.table, IndexName="by-state", FilterExpression="#s = :s",
+                                       ExpressionAttributeNames={"#s": "state"},
+                                       ExpressionAttributeValues={":s": S("N")})["Items"], [])
+        self.assertIsNotNone(self.get("n-1"))
+        self.still_within(start, self.LAG)
+        self.past(end, self.LAG)
+        self.assertEqual([i["pk"] for i in self.by_state("N")], [S("n-1")])
+        self.assertEqual(self.count("N"), 1)
+
+    def test_a_deleted_item_or_one_that_left_a_sparse_index_is_still_listed(self):
+        start, _ = self.write(lambda: self.ddb.delete_item(TableName=self.table, Key={"pk": S("d-1")}))
+        _, end = self.write(lambda: self.ddb.update_item(
+            TableName=self.table, Key={"pk": S("d-2")}, UpdateExpression="REMOVE #o",
+            ExpressionAttributeNames={"#o": "owner"}))
+        self.assertEqual(self.by_owner("d-a"), ["d-1", "d-2"])
+        self.still_within(start, self.OWNER_LAG)
+        self.assertEqual(sorted(i["pk"]["S"] for i in self.by_state("D")), ["d-1", "d-2"])
+        self.assertIsNone(self.get("d-1"))
+        self.still_within(start, self.LAG)
+        self.past(end, self.LAG)
+        self.assertEqual([i["pk"] for i in self.by_state("D")], [S("d-2")])
+        self.assertEqual(self.by_owner("d-a"), [])
+
+    def test_pages_of_a_lagged_index_are_pages_of_the_index_as_it_was(self):
+        start, end = self.write(lambda: self.ddb.transact_write_items(TransactItems=[
+            {"Delete": {"TableName": self.table, "Key": {"pk": S("p-1")}}},
+            {"Put": {"TableName": self.table, "Item": {"pk": S("p-9"), "state": S("P"), "exp": N(9)}}},
+            {"Update": {"TableName": self.table, "Key": {"pk": S("p-3")}, "UpdateExpression": "SET exp = :e",
+                        "ExpressionAttributeValues": {":e": N(30)}}},
+        ]))
+
+        def pages():
+            pages = self.ddb.get_paginator("query").paginate(
+                TableName=self.table, IndexName="by-state", KeyConditionExpression="#s = :s AND exp < :top",
+                ExpressionAttributeNames={"#s": "state"}, ExpressionAttributeValues={":s": S("P"), ":top": N(100)},
+                PaginationConfig={"PageSize": 2})
+            return [(i["pk"]["S"], i["exp"]["N"]) for p in pages for i in p["Items"]]
+
+        self.assertEqual(pages(), [(f"p-{i}", str(i)) for i in range(5)])
+        self.still_within(start, self.LAG)
+        self.past(end, self.LAG)
+        self.assertEqual(pages(), [("p-0", "0"), ("p-2", "2"), ("p-4", "4"), ("p-9", "9"), ("p-3", "30")])
+
+    def test_a_consistent_read_of_a_gsi_is_refused(self):
+        for read in (lambda: self.by_state("X", ConsistentRead=True),
+                     lambda: self.ddb.scan(TableName=self.table, IndexName="by-owner", ConsistentRead=True)):
+            with self.assertRaises(self.ddb.exceptions.ClientError) as caught:
+                read()
+            error = caught.exception.response["Error"]
+            self.assertEqual((error["Code"], error["Message"]),
+                             ("ValidationException", "Consistent reads are not supported on global secondary indexes"))
+
+    def test_the_setting_read_from_the_environment(self):
+        import index_lag
+
+        self.assertEqual(index_lag.settings_from_env({}), (0, {}))
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "1000"}), (1000, {}))
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "1000, lease_owner-index=3000"}),
+                         (1000, {"lease_owner-index": 3000}))
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "by-owner=5"}), (0, {"by-owner": 5}))
+        for bad in ("-1", "1.5", "by-owner=", "x"):
+            with self.assertRaises(SystemExit):
+                index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": bad})
+
+
+class IndexLagAtRunTime(IndexLagChecks, unittest.TestCase):
+    """POST /_leaselock/index-lag lags the indexes of one table of an engine started without a lag."""
+
+    LAG = 0.5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = OwnEngine()
+        cls.ddb = client("dynamodb", cls.engine.endpoint)
+        cls.table = create_indexed_table(cls.ddb, "lag-mine")
+        cls.other = create_indexed_table(cls.ddb, "lag-other")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.stop()
+
+    def control(self, body=None):
+        request = urllib.request.Request(self.engine.endpoint + "/_leaselock/index-lag",
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         method="GET" if body is None else "POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.load(r)
+
+    def put(self, table, pk, owner):
+        self.ddb.put_item(TableName=table, Item={"pk": S(pk), "owner": S(owner)})
+
+    def test_one_table_lags_and_the_others_do_not(self):
+        self.assertEqual(self.control(), {"default_ms": 0, "indexes": {}, "tables": {}})
+        # Unlagged, an index answers at once (as moto does).
+        self.put(self.table, "r-0", "r-a")
+        self.assertEqual(self.by_owner("r-a"), ["r-0"])
+        ms = int(self.LAG * 1000)
+        self.assertEqual(self.control({"table": self.table, "ms": ms})["tables"],
+                         {self.table: {"ms": ms, "indexes": {}}})
+        start, end = self.write(lambda: (self.put(self.table, "r-1", "r-a"), self.put(self.other, "r-1", "r-a")))
+        self.assertEqual(self.by_owner("r-a"), ["r-0"])
+        self.assertEqual(self.by_owner("r-a", table=self.other), ["r-1"])
+        self.still_within(start, self.LAG)
+        self.past(end, self.LAG)
+        self.assertEqual(self.by_owner("r-a"), ["r-0", "r-1"])
+        # One index of the table back to no lag; then the table's setting removed.
+        self.control({"table": self.table, "index": "by-owner", "ms": 0})
+        self.put(self.table, "r-2", "r-a")
+        self.assertEqual(self.by_owner("r-a"), ["r-0", "r-1", "r-2"])
+        settings = self.control({"table": self.table, "ms": None})
+        self.assertEqual(settings["tables"], {self.table: {"ms": None, "indexes": {"by-owner": 0}}})
+        self.control({"table": self.table, "index": "by-owner", "ms": None})
+        self.assertEqual(self.control()["tables"], {})
+
+    def test_a_bad_setting_is_refused(self):
+        for body in ({"ms": 5}, {"table": self.table}, {"table": self.table, "ms": -1},
+                     {"table": self.table, "ms": "5"}):
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                self.control(body)
+            self.assertEqual(caught.exception.code, 400, body)
+            self.assertIn("message", json.load(caught.exception))
+
+    def test_a_consistent_read_of_a_gsi_is_refused_without_a_lag(self):
+        with self.assertRaises(self.ddb.exceptions.ClientError) as caught:
+            self.by_owner_consistent()
+        self.assertEqual(caught.exception.response["Error"]["Message"],
+                         "Consistent reads are not supported on global secondary indexes")
+
+    def by_owner_consistent(self):
+        self.ddb.query(TableName=self.other, IndexName="by-owner", KeyConditionExpression="#o = :o",
+                       ConsistentRead=True, ExpressionAttributeNames={"#o": "owner"},
+                       ExpressionAttributeValues={":o": S("x")})
 
 
 class PartitionLimits(unittest.TestCase):
