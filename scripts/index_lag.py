@@ -5,8 +5,8 @@ later under write pressure, and reads it only eventually consistently (a Query o
 `ConsistentRead: true` on a GSI is refused; moto refuses it too). moto answers a GSI read from
 the table's current items. With
 
-    LEASELOCK_INDEX_LAG_MS=N                 every GSI read answers from the index as it was N ms ago
-    LEASELOCK_INDEX_LAG_MS=N,name=M,...      ... and M ms for the GSIs named `name` (of any table)
+    LEASELOCK_ENGINE_INDEX_LAG_MS=N                 every GSI read answers from the index as it was N ms ago
+    LEASELOCK_ENGINE_INDEX_LAG_MS=N,name=M,...      ... and M ms for the GSIs named `name` (of any table)
 
 (`name=M` entries alone leave the other indexes at 0) a Query or Scan with an `IndexName` of a
 GSI answers from the table as it was that long ago: an item written since is not listed yet, an
@@ -52,7 +52,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 
 PATH = "/_leaselock/index-lag"
-ENV = "LEASELOCK_INDEX_LAG_MS"
+ENV = "LEASELOCK_ENGINE_INDEX_LAG_MS"
 # (monotonic time of the write, (hash key, range key or None), the item before it or None), oldest first.
 _HISTORY = "_leaselock_index_history"
 
@@ -64,7 +64,7 @@ def _ms(value, what):
 
 
 def settings_from_env(environ=os.environ):
-    """(default ms, {index name: ms}) from LEASELOCK_INDEX_LAG_MS."""
+    """(default ms, {index name: ms}) from LEASELOCK_ENGINE_INDEX_LAG_MS."""
     raw = environ.get(ENV, "").strip()
     default, indexes = 0, {}
     for entry in filter(None, (e.strip() for e in raw.split(","))):

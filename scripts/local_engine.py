@@ -34,7 +34,7 @@ where that is not permitted), so a build running beside a test slows the workers
 Opt-in, DynamoDB's per-partition throughput limits (LEASELOCK_PARTITION_WCU /
 LEASELOCK_PARTITION_RCU, units per second per partition key value): see scripts/partition_limits.py.
 
-Opt-in, DynamoDB's index lag (LEASELOCK_INDEX_LAG_MS=N, or N,index-name=M,... per index; per
+Opt-in, DynamoDB's index lag (LEASELOCK_ENGINE_INDEX_LAG_MS=N, or N,index-name=M,... per index; per
 table at run time with POST /_leaselock/index-lag): a Query or Scan of a global secondary index
 answers from the index as it was N ms ago, table reads at once; see scripts/index_lag.py. Lagged
 or not, a consistent read of a global secondary index is refused, as DynamoDB refuses it (moto

@@ -480,7 +480,7 @@ class IndexLagChecks:
 
 
 class LaggedIndexes(IndexLagChecks, unittest.TestCase):
-    """LEASELOCK_INDEX_LAG_MS: every GSI read answers from the index as it was LAG ago (the
+    """LEASELOCK_ENGINE_INDEX_LAG_MS: every GSI read answers from the index as it was LAG ago (the
     by-owner index OWNER_LAG ago); table reads answer at once. Each check within the lag ends
     before write + lag (asserted), each check after it starts after write + lag + margin."""
 
@@ -488,7 +488,7 @@ class LaggedIndexes(IndexLagChecks, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.engine = OwnEngine(LEASELOCK_INDEX_LAG_MS=f"{int(cls.LAG * 1000)},by-owner={int(cls.OWNER_LAG * 1000)}")
+        cls.engine = OwnEngine(LEASELOCK_ENGINE_INDEX_LAG_MS=f"{int(cls.LAG * 1000)},by-owner={int(cls.OWNER_LAG * 1000)}")
         cls.ddb = client("dynamodb", cls.engine.endpoint)
         cls.table = create_indexed_table(cls.ddb, "lagged")
         # The items the tests change, in the indexes once the lag is over.
@@ -591,13 +591,13 @@ class LaggedIndexes(IndexLagChecks, unittest.TestCase):
         import index_lag
 
         self.assertEqual(index_lag.settings_from_env({}), (0, {}))
-        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "1000"}), (1000, {}))
-        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "1000, lease_owner-index=3000"}),
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_ENGINE_INDEX_LAG_MS": "1000"}), (1000, {}))
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_ENGINE_INDEX_LAG_MS": "1000, lease_owner-index=3000"}),
                          (1000, {"lease_owner-index": 3000}))
-        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": "by-owner=5"}), (0, {"by-owner": 5}))
+        self.assertEqual(index_lag.settings_from_env({"LEASELOCK_ENGINE_INDEX_LAG_MS": "by-owner=5"}), (0, {"by-owner": 5}))
         for bad in ("-1", "1.5", "by-owner=", "x"):
             with self.assertRaises(SystemExit):
-                index_lag.settings_from_env({"LEASELOCK_INDEX_LAG_MS": bad})
+                index_lag.settings_from_env({"LEASELOCK_ENGINE_INDEX_LAG_MS": bad})
 
 
 class IndexLagAtRunTime(IndexLagChecks, unittest.TestCase):
