@@ -89,6 +89,7 @@ async fn backend(table: &TableArgs, args: &RunIfLeaderArgs) -> CliResult<Arc<dyn
         }
         None => {
             let table = LeaseTable::connect(config).await?;
+            crate::ops::check(&table).await?;
             let registry = DynamoRegistry::for_table(&table);
             Arc::new(StoreElection::new(table, registry))
         }

@@ -59,6 +59,12 @@ pub struct TableArgs {
     /// the same count.
     #[arg(long, env = "LEASELOCK_ORPHAN_SHARDS", default_value_t = 1, global = true)]
     pub orphan_shards: u32,
+    /// Accept a global table in multi-Region eventual consistency, where writes in two Regions
+    /// resolve last-writer-wins (refused by default: leases on it are not exclusive across
+    /// Regions). Only safe when every writer of the table writes in one Region.
+    #[arg(long, env = leaselock::config::ALLOW_EVENTUAL_GLOBAL_TABLE_ENV, global = true, value_parser = parse_flag,
+        num_args = 0..=1, default_missing_value = "1", value_name = "ON")]
+    pub allow_eventual_global_table: Option<bool>,
     /// Table the reference worker writes messages to (created by `table create`).
     #[arg(long, env = "LEASELOCK_MESSAGES_TABLE", default_value = "leaselock-messages", global = true)]
     pub messages_table: String,
@@ -75,6 +81,7 @@ impl TableArgs {
             .operation_budget(Duration::from_millis(self.operation_budget_ms))
             .mode(leaselock::LeaseMode::parse(&self.mode).unwrap_or_default())
             .orphan_shards(self.orphan_shards)
+            .allow_eventual_global_table(self.allow_eventual_global_table.unwrap_or(false))
             .validated()
     }
 }
@@ -226,6 +233,11 @@ async fn run(cli: Cli) -> CliResult {
         Command::RunIfLeader(r) => leader::run(&args, r).await,
         Command::BenchFailover(f) => failover::run(&args, f).await,
     }
+}
+
+/// An on/off value (`1`, `true`, `yes`, `on`, `0`, `false`, `no`, `off`); the bare flag is on.
+fn parse_flag(s: &str) -> Result<bool, String> {
+    leaselock::config::parse_flag(s).ok_or_else(|| format!("{s:?} is not 1/0, true/false, yes/no or on/off"))
 }
 
 /// Parses a desired state given on the command line.

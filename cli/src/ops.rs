@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
 use leaselock::config::{validate_id, validate_queue_url, validate_table_name, validate_url};
 use leaselock::lease::{claim_cutoff, is_orphan};
+use leaselock::protocol::TableReplication;
 use leaselock::render::escaped;
 use leaselock::{Clock, DesiredState, Hint, LeaseItem, LeaseStore, LeaseTable, SystemClock};
 
@@ -51,6 +52,23 @@ pub async fn connect(args: &TableArgs) -> CliResult<LeaseTable> {
     Ok(LeaseTable::connect(args.config()?).await?)
 }
 
+/// The table check of the commands that write (`LeaseTable::replication`): a global table in
+/// multi-Region eventual consistency is refused by the store's answer, so it exits 1 like any
+/// refusal of the store (2 is for input refused before any request).
+pub async fn check(table: &LeaseTable) -> CliResult<TableReplication> {
+    table.replication().await.map_err(|e| match e {
+        leaselock::Error::InvalidInput { .. } => Failure::Other(e.to_string()),
+        e => e.into(),
+    })
+}
+
+/// A connected table that passed [`check`].
+pub async fn connect_checked(args: &TableArgs) -> CliResult<LeaseTable> {
+    let table = connect(args).await?;
+    check(&table).await?;
+    Ok(table)
+}
+
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
@@ -61,7 +79,15 @@ pub async fn table_create(args: &TableArgs) -> CliResult {
     validate_table_name("messages_table", &args.messages_table)?;
     let table = connect(args).await?;
     table.create_table().await?;
-    println!("lease table {} ready (index {})", args.table_name, args.index_name);
+    // CreateTable makes a single-Region table; one that existed may be a global table.
+    let replication = check(&table).await?;
+    println!("lease table {} ready (index {}): {}", args.table_name, args.index_name, replication.describe());
+    if replication == TableReplication::SingleRegion {
+        println!(
+            "  to span Regions, make it a global table in multi-Region strong consistency (MRSC): an eventually \
+             consistent one is refused"
+        );
+    }
     create_messages_table(table.client(), &args.messages_table).await?;
     println!("messages table {} ready", args.messages_table);
     Ok(())
@@ -150,7 +176,7 @@ pub async fn start(args: &TableArgs, id: &str, url: &str, queue_url: Option<&str
     if let Some(queue_url) = queue_url {
         validate_queue_url(queue_url)?;
     }
-    let table = connect(args).await?;
+    let table = connect_checked(args).await?;
     let sqs = match queue_url {
         Some(queue_url) => {
             let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
@@ -175,7 +201,7 @@ pub async fn start(args: &TableArgs, id: &str, url: &str, queue_url: Option<&str
 
 pub async fn stop(args: &TableArgs, id: &str) -> CliResult {
     validate_id("id", id)?;
-    let table = connect(args).await?;
+    let table = connect_checked(args).await?;
     let item = table.stop(id).await?;
     println!(
         "{id} STOPPED (owner {} lets go within one desired-state interval)",

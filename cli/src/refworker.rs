@@ -42,6 +42,11 @@ pub struct WorkerArgs {
     /// Metrics (CloudWatch EMF lines on stdout) interval, ms.
     #[arg(long, env = "LEASELOCK_METRICS_INTERVAL_MS", default_value_t = 60_000)]
     pub metrics_interval_ms: u64,
+    /// Session mode: how far behind the table the owner index may be, ms. A dead session is
+    /// retired from an empty listing of its work only when the listing was sent this long after
+    /// its last write.
+    #[arg(long, env = "LEASELOCK_INDEX_LAG_MS", default_value_t = leaselock::worker::DEFAULT_INDEX_LAG.as_millis() as u64)]
+    pub index_lag_ms: u64,
 }
 
 /// The messages table row written for `msg` under the connection's lease: one item per
@@ -124,7 +129,7 @@ async fn stream(conn: Connection, ctx: Arc<Context>) -> Result<(), BoxError> {
 }
 
 pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
-    let table = crate::ops::connect(args).await?;
+    let table = crate::ops::connect_checked(args).await?;
     let client = table.client().clone();
     let store: Arc<dyn LeaseStore> = Arc::new(table);
     let mut builder = Worker::builder(store)
@@ -133,6 +138,7 @@ pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
         .desired_state_interval(Duration::from_millis(w.desired_state_interval_ms))
         .metrics_interval(Duration::from_millis(w.metrics_interval_ms))
         .metrics_namespace(&w.metrics_namespace)
+        .index_lag(Duration::from_millis(w.index_lag_ms))
         .balance(!w.no_balance);
     let worker_id = w.worker_id.clone().unwrap_or_else(leaselock::worker::default_worker_id);
     builder = builder.worker_id(&worker_id);

@@ -64,6 +64,8 @@ async fn start_and_stop_succeed_through_answers_slower_than_a_lease_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_never_answers_fails_with_a_timeout_not_throttling() {
     let Some((_engine, proxied, faults, table)) = setup().await else { return };
+    // The table check (DescribeTable) gets through; the write after it is never answered.
+    faults.pass_while_silent.store(1, Ordering::SeqCst);
     faults.silent.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
     let out = leaselock(&proxied, &table, 3_000, &["stop", "s1"]).await;
@@ -75,4 +77,15 @@ async fn a_store_that_never_answers_fails_with_a_timeout_not_throttling() {
     assert!(message.contains("may have been applied"), "a write whose outcome is unknown says so: {message}");
     assert!(!message.contains("throttl"), "{message}");
     assert!(took < Duration::from_secs(10), "within the 3 s budget (and process start): {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_check_that_is_never_answered_fails_with_a_timeout_and_writes_nothing() {
+    let Some((_engine, proxied, faults, table)) = setup().await else { return };
+    faults.silent.store(true, Ordering::SeqCst);
+    let out = leaselock(&proxied, &table, 3_000, &["stop", "s1"]).await;
+    let message = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(message.contains("did not answer in time"), "{message}");
+    assert!(!message.contains("may have been applied"), "only the table was described: {message}");
 }

@@ -9,6 +9,7 @@ use leaselock::{Clock, LeaseStore, LeaseTable, TableConfig};
 #[path = "../local_engine/mod.rs"]
 pub mod local_engine;
 pub mod proxy;
+pub mod recorded;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 

@@ -22,6 +22,9 @@ pub struct Faults {
     pub delay_ms: AtomicU64,
     /// Read requests and never answer (nothing is forwarded).
     pub silent: AtomicBool,
+    /// While silent, still forward (and answer) the next N requests: a command's table check
+    /// gets through, the write after it meets the silence.
+    pub pass_while_silent: AtomicU32,
     /// The operation of every forwarded request (`Query`, `Scan`, ...), in order.
     pub operations: Mutex<Vec<String>>,
 }
@@ -88,7 +91,7 @@ pub async fn proxy(upstream: String, faults: Arc<Faults>) -> String {
                 let (server_rx, mut server_tx) = server.into_split();
                 let mut server_rx = BufReader::new(server_rx);
                 while let Some(request) = read_message(&mut client_rx).await {
-                    if faults.silent.load(Ordering::SeqCst) {
+                    if faults.silent.load(Ordering::SeqCst) && !take(&faults.pass_while_silent) {
                         // Holds the connection open without a word until the client gives up.
                         let mut rest = Vec::new();
                         let _ = client_rx.read_to_end(&mut rest).await;
