@@ -20,6 +20,9 @@ pub const MODE: &str = "LEASELOCK_MODE";
 /// How many orphan-index partition values running work is spread over (default 1; every
 /// writer of the table must use the same count).
 pub const ORPHAN_SHARDS: &str = "LEASELOCK_ORPHAN_SHARDS";
+/// `1` accepts a global table in multi-Region eventual consistency (refused by default; see
+/// [`TableConfig::allow_eventual_global_table`]).
+pub const ALLOW_EVENTUAL_GLOBAL_TABLE: &str = leaselock::config::ALLOW_EVENTUAL_GLOBAL_TABLE_ENV;
 
 pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 
@@ -105,6 +108,13 @@ impl Config {
                     message: format!("{v:?} is not a whole number of shards"),
                 })?,
             })
+            .allow_eventual_global_table(match get(ALLOW_EVENTUAL_GLOBAL_TABLE) {
+                None => false,
+                Some(v) => leaselock::config::parse_flag(&v).ok_or_else(|| ConfigError::Invalid {
+                    var: ALLOW_EVENTUAL_GLOBAL_TABLE,
+                    message: format!("{v:?} is not 1/0, true/false, yes/no or on/off"),
+                })?,
+            })
             .mode(match get(MODE) {
                 None => leaselock::LeaseMode::PerItem,
                 Some(v) => leaselock::LeaseMode::parse(&v).ok_or_else(|| ConfigError::Invalid {
@@ -158,6 +168,20 @@ mod tests {
         assert_eq!(c.table.key_prefix, "");
         assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (20_000, 5_000, 1_000));
         assert_eq!(c.metrics_namespace, "leaselock");
+        assert!(!c.table.allow_eventual_global_table);
+    }
+
+    #[test]
+    fn the_eventual_global_table_opt_in_is_read_and_checked() {
+        let with = |v: &'static str| {
+            let mut vars = BASE.to_vec();
+            vars.push((ALLOW_EVENTUAL_GLOBAL_TABLE, v));
+            parse(&vars)
+        };
+        assert!(with("1").unwrap().table.allow_eventual_global_table);
+        assert!(with("true").unwrap().table.allow_eventual_global_table);
+        assert!(!with("0").unwrap().table.allow_eventual_global_table);
+        assert_eq!(with("sure").unwrap_err().var(), ALLOW_EVENTUAL_GLOBAL_TABLE);
     }
 
     #[test]

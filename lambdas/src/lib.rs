@@ -35,10 +35,26 @@ pub use reconciler::{Report, StateCounts};
 
 use leaselock::LeaseTable;
 
-/// The SDK clients, built once per process from the default chain (honours `AWS_ENDPOINT_URL`).
-pub async fn connect(config: &Config) -> leaselock::Result<(LeaseTable, SqsHints)> {
+/// The SDK clients, built once per process from the default chain (honours `AWS_ENDPOINT_URL`),
+/// and the table checked once ([`LeaseTable::replication`]): a cold start on a global table in
+/// multi-Region eventual consistency (or on a missing table) fails here, naming why.
+pub async fn connect(config: &Config) -> Result<(LeaseTable, SqsHints), StartError> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let table = LeaseTable::new(aws_sdk_dynamodb::Client::new(&sdk), config.table.clone())?;
+    let replication = table.replication().await?;
+    tracing::info!(table = %config.table.table_name, replication = %replication.describe(), "table checked");
     let hints = SqsHints::new(aws_sdk_sqs::Client::new(&sdk), config.queue_url.clone());
     Ok((table, hints))
+}
+
+/// Why a function could not start (its table refused, missing or unreachable). `main` returning
+/// it prints its Debug form: made the readable message, as [`ConfigError`]'s is.
+#[derive(thiserror::Error)]
+#[error("cannot start: {0}")]
+pub struct StartError(#[from] pub leaselock::Error);
+
+impl std::fmt::Debug for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
