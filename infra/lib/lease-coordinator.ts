@@ -155,8 +155,9 @@ export class LeaseCoordinator extends Construct {
       timeout: ROUTER_TIMEOUT,
       environment: { LEASELOCK_OPERATION_BUDGET_MS: String(ROUTER_OPERATION_BUDGET.toMilliseconds()) },
       statements: [
+        // DescribeTable: the cold start's table check (a global table must be MRSC).
         new iam.PolicyStatement({
-          actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+          actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DescribeTable'],
           resources: [this.table.tableArn],
         }),
         this.sendHintsStatement(),
@@ -180,6 +181,8 @@ export class LeaseCoordinator extends Construct {
       timeout: Duration.seconds(50),
       statements: [
         new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [this.indexArn] }),
+        // The cold start's table check (a global table must be MRSC).
+        new iam.PolicyStatement({ actions: ['dynamodb:DescribeTable'], resources: [this.table.tableArn] }),
         this.sendHintsStatement(),
       ],
     });
@@ -231,7 +234,13 @@ export class LeaseCoordinator extends Construct {
     this.addAlarms(props.orphanAlarmPeriods ?? 5, props.alarmTopic);
     this.addDashboard();
 
-    new CfnOutput(this, 'TableName', { value: this.table.tableName });
+    new CfnOutput(this, 'TableName', {
+      value: this.table.tableName,
+      description:
+        'Lease table (LEASELOCK_TABLE), single-Region. To span Regions, make it a global table in multi-Region ' +
+        'strong consistency (MRSC): one in eventual consistency (the default) is refused. Workers need ' +
+        'dynamodb:DescribeTable on it for the check at start.',
+    });
     new CfnOutput(this, 'IndexName', { value: this.indexName });
     new CfnOutput(this, 'OwnerIndexName', { value: this.ownerIndexName });
     new CfnOutput(this, 'QueueUrl', { value: this.queue.queueUrl });

@@ -90,8 +90,9 @@ export class WorkerService extends Construct {
     const role = this.taskDefinition.taskRole;
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({
-        // acquire, renew, release, checkpoint, get and the batched desired-state check.
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem'],
+        // acquire, renew, release, checkpoint, get, the batched desired-state check, and the table
+        // check at start (DescribeTable: a global table must be MRSC).
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem', 'dynamodb:DescribeTable'],
         resources: [coordinator.table.tableArn],
       }),
     );

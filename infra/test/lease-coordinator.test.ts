@@ -190,11 +190,15 @@ describe('LeaseCoordinator', () => {
     }
   });
 
-  test('the router may only get and update lease items, send hints and consume the command queue', () => {
+  test('the router may only get and update lease items, describe the table, send hints and consume the command queue', () => {
     const { stack, coordinator, template } = synth();
     assert.deepEqual(statementsOf(template, stack, coordinator.router.role!), [
       logsStatement(stack, coordinator.router),
-      { Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem'], Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
+      {
+        Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:DescribeTable'],
+        Effect: 'Allow',
+        Resource: arnOf(stack, coordinator.table),
+      },
       { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
       {
         Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility'],
@@ -204,7 +208,7 @@ describe('LeaseCoordinator', () => {
     ]);
   });
 
-  test('the reconciler may only query the orphan index and send hints', () => {
+  test('the reconciler may only query the orphan index, describe the table and send hints', () => {
     const { stack, coordinator, template } = synth();
     const indexArn = {
       'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/desired_state-lease_expires_at_ms-index']],
@@ -212,6 +216,7 @@ describe('LeaseCoordinator', () => {
     assert.deepEqual(statementsOf(template, stack, coordinator.reconciler.role!), [
       logsStatement(stack, coordinator.reconciler),
       { Action: 'dynamodb:Query', Effect: 'Allow', Resource: indexArn },
+      { Action: 'dynamodb:DescribeTable', Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
       { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
     ]);
   });

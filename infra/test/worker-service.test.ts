@@ -99,7 +99,7 @@ describe('WorkerService', () => {
       PolicyDocument: {
         Statement: [
           {
-            Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem'],
+            Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem', 'dynamodb:DescribeTable'],
             Effect: 'Allow',
             Resource: arnOf(stack, coordinator.table),
           },
