@@ -75,7 +75,7 @@ pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem, SessionLoad};
 pub use memory::MemoryStore;
 
-pub use store::{LeaseStore, OrphanCursor, OrphanPage};
+pub use store::{LeaseStore, OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};
 

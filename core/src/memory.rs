@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::{orphan_shard_of, validate_id, validate_url};
 use crate::lease::{claim_cutoff, deadline, expiry_for, holds, holds_unreleased, HELD_UNDER_SESSION_MS};
-use crate::store::{unique_ids, OrphanCursor, OrphanPage};
+use crate::store::{unique_ids, OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 use crate::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, TableConfig,
 };
@@ -596,5 +596,37 @@ impl LeaseStore for MemoryStore {
             .collect();
         found.sort_by(|a, b| (a.expires_at_ms, &a.owner).cmp(&(b.expires_at_ms, &b.owner)));
         Ok(found)
+    }
+
+    async fn stranded_page(&self, grace_ms: u64, after: Option<SweepCursor>, max_items: u64) -> Result<StrandedPage> {
+        let dead_below = claim_cutoff(self.clock.now_ms(), &self.config).saturating_sub(grace_ms);
+        let table = self.items.lock().expect("memory store poisoned");
+        let state = self.sessions.lock().expect("memory store poisoned");
+        // The items themselves in key order from the cursor, never an index.
+        let mut keys: Vec<&String> =
+            table.items.keys().filter(|k| after.as_ref().is_none_or(|c| k.as_str() > c.key.as_str())).collect();
+        keys.sort_unstable();
+        let budget = usize::try_from(max_items.max(1)).unwrap_or(usize::MAX);
+        let next = (keys.len() > budget).then(|| SweepCursor { key: keys[budget - 1].clone() });
+        keys.truncate(budget);
+        let mut ids: Vec<String> = keys
+            .iter()
+            .filter(|k| k.starts_with(&self.config.key_prefix))
+            .filter_map(|k| Some((table.items.get(*k)?, state.epochs.get(*k)?)))
+            .filter(|(item, _)| {
+                item.desired_state == Some(DesiredState::Started) && item.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
+            })
+            .filter_map(|(item, &epoch)| {
+                // Held under a session: stranded once that session is gone, of another epoch, or
+                // dead beyond the grace.
+                let stranded = match self.session_item(&table, item.owner.as_deref()?) {
+                    None => true,
+                    Some(session) => session.fence != epoch || session.expires_at_ms.unwrap_or(0) < dead_below,
+                };
+                stranded.then(|| item.id.clone())
+            })
+            .collect();
+        ids.sort();
+        Ok(StrandedPage { ids, scanned: keys.len() as u64, next })
     }
 }

@@ -32,6 +32,24 @@ pub struct OrphanPage {
     pub next: Option<OrphanCursor>,
 }
 
+/// Where a sweep for stranded work goes on: the stored key (with the prefix) of the last item a
+/// call evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SweepCursor {
+    pub key: String,
+}
+
+/// What one call of a sweep for stranded work found (see [`LeaseStore::stranded_page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StrandedPage {
+    /// The stranded connections' ids, sorted.
+    pub ids: Vec<String>,
+    /// Items the call read (the sweep's cost follows it, whatever was kept).
+    pub scanned: u64,
+    /// Where the next call goes on; `None` once the whole table was read.
+    pub next: Option<SweepCursor>,
+}
+
 /// Lease operations over one table. Ids are given without the key prefix.
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
 #[cfg_attr(target_arch = "wasm32", async_trait::async_trait(?Send))]
@@ -152,6 +170,35 @@ pub trait LeaseStore: MaybeSendSync {
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
         let _ = below_ms;
         Err(unsupported())
+    }
+
+    /// Session mode's backstop, which never reads an index: the STARTED connections held under
+    /// a session (the held sentinel, an owner and an epoch) whose owner's session item is gone,
+    /// is of another epoch, or is dead by rule 1 for longer than `grace_ms` (expiry below
+    /// `now - clock_skew - grace_ms`). Work the survivors never list (the owner index lagged past
+    /// their wait, and the session was retired) is found here; a hint for it lets any worker
+    /// take it over. One part of a consistent read of the whole table: from `after` (the start
+    /// when `None`), at most `max_items` items read (`u64::MAX`: to the end).
+    async fn stranded_page(&self, grace_ms: u64, after: Option<SweepCursor>, max_items: u64) -> Result<StrandedPage> {
+        let _ = (grace_ms, after, max_items);
+        Err(unsupported())
+    }
+
+    /// [`LeaseStore::stranded_page`] over the whole table: every stranded id, sorted.
+    async fn stranded(&self, grace_ms: u64) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.stranded_page(grace_ms, after, u64::MAX).await?;
+            ids.extend(page.ids);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
     }
 
     /// All orphans below `cutoff_ms`, up to `limit`, across pages.

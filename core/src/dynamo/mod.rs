@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types as sdk;
 use aws_sdk_dynamodb::Client;
 
 use crate::protocol::{self, Answer, Input, Operation, Output, Request, Step};
-use crate::store::{OrphanCursor, OrphanPage};
+use crate::store::{OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 use crate::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, SystemClock,
     TableConfig,
@@ -304,6 +304,12 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 client
                     .scan()
                     .table_name(r.table_name)
+                    .set_consistent_read(r.consistent_read)
+                    .set_limit(r.limit.map(|l| l.min(i32::MAX as u32) as i32))
+                    .set_projection_expression(r.projection_expression.clone())
+                    .set_filter_expression(r.filter_expression.clone())
+                    .set_expression_attribute_names(names(&r.expression_attribute_names))
+                    .set_expression_attribute_values(values(&r.expression_attribute_values))
                     .set_exclusive_start_key(r.exclusive_start_key.as_ref().map(to_sdk_item)),
                 retrying,
                 timeout
@@ -312,6 +318,7 @@ async fn execute(client: &Client, request: Request, timeout: Duration, extra: &[
                 Ok(out) => ok(Output {
                     items: Some(out.items().iter().map(from_sdk_item).collect()),
                     last_evaluated_key: convert::last_key(out.last_evaluated_key()),
+                    scanned_count: Some(out.scanned_count().max(0) as u64),
                     ..Output::default()
                 }),
                 Err(e) => answer_of(e, |_| None),
@@ -582,6 +589,10 @@ impl LeaseStore for LeaseTable {
 
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
         self.run(protocol::Sessions::new(&self.config, below_ms)).await
+    }
+
+    async fn stranded_page(&self, grace_ms: u64, after: Option<SweepCursor>, max_items: u64) -> Result<StrandedPage> {
+        self.run(protocol::Stranded::new(&self.config, grace_ms, after, max_items)).await
     }
 }
 

@@ -61,6 +61,7 @@ mod ops;
 mod reads;
 pub mod request;
 mod session;
+mod stranded;
 mod table;
 pub mod value;
 
@@ -76,6 +77,7 @@ pub use request::{CancellationReason, Output, Request};
 pub use session::{
     epoch_of, ClaimInSession, CreateSession, EndSession, RenewSession, RetireSession, TakeOverListed, TAKE_OVER_MAX,
 };
+pub use stranded::Stranded;
 pub use table::{orphan_index, owner_index, table_definition, CreateTable, CREATE_TABLE_WAIT_MS};
 pub use value::{item_from_attrs, key, n, s, AttributeValue, Item};
 

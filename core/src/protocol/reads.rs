@@ -16,20 +16,20 @@ pub const BATCH_GET_MAX: usize = 100;
 
 /// A read that sends `pending` until it gets an output.
 #[derive(Debug, Clone)]
-struct Reads {
+pub(super) struct Reads {
     table: String,
     budget: Budget,
     pending: Request,
 }
 
 impl Reads {
-    fn new(config: &TableConfig, first: Request) -> Self {
+    pub(super) fn new(config: &TableConfig, first: Request) -> Self {
         Self { table: config.table_name.clone(), budget: Budget::operation(config), pending: first }
     }
 
     /// The output of the pending request, or the step to take first.
     #[allow(clippy::result_large_err)]
-    fn step<T>(&mut self, input: &mut Input) -> Result<Output, Step<T>> {
+    pub(super) fn step<T>(&mut self, input: &mut Input) -> Result<Output, Step<T>> {
         match input.answer.take() {
             None => Err(self.budget.send(input.mono_ms, self.pending.clone())),
             Some(answer) => read_answer(&mut self.budget, input, answer, &self.table),
@@ -37,7 +37,7 @@ impl Reads {
     }
 
     /// Sends the next page's request, with a fresh budget.
-    fn then<T>(&mut self, input: &Input, request: Request) -> Step<T> {
+    pub(super) fn then<T>(&mut self, input: &Input, request: Request) -> Step<T> {
         self.pending = request;
         self.budget.restart(input.mono_ms);
         self.budget.send(input.mono_ms, self.pending.clone())
@@ -432,7 +432,7 @@ pub struct Items {
 
 impl Items {
     pub fn new(config: &TableConfig) -> Self {
-        let scan = Scan { table_name: config.table_name.clone(), exclusive_start_key: None };
+        let scan = Scan { table_name: config.table_name.clone(), ..Scan::default() };
         Self { config: config.clone(), found: Vec::new(), reads: Reads::new(config, Request::Scan(scan)) }
     }
 }
@@ -448,7 +448,11 @@ impl Operation for Items {
         self.found.extend(own_items(&self.config, out.items.unwrap_or_default()));
         match start {
             Some(start) => {
-                let scan = Scan { table_name: self.config.table_name.clone(), exclusive_start_key: Some(start) };
+                let scan = Scan {
+                    table_name: self.config.table_name.clone(),
+                    exclusive_start_key: Some(start),
+                    ..Scan::default()
+                };
                 self.reads.then(&input, Request::Scan(scan))
             }
             None => Step::Done(std::mem::take(&mut self.found)),

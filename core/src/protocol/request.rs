@@ -105,6 +105,21 @@ pub struct Query {
 #[serde(rename_all = "PascalCase")]
 pub struct Scan {
     pub table_name: String,
+    /// `true`: a strongly consistent read of the base table (twice the read units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_read: Option<bool>,
+    /// The most items the page evaluates (before the filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection_expression: Option<String>,
+    /// Applied after the read: it trims the answer, not the read units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_expression: Option<String>,
+    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    pub expression_attribute_names: Names,
+    #[serde(default, skip_serializing_if = "Item::is_empty")]
+    pub expression_attribute_values: Item,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive_start_key: Option<Item>,
 }
@@ -282,6 +297,9 @@ pub struct Output {
     /// Query with `Select: COUNT`: the items of this page that matched.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// Scan: the items this page evaluated, before the filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scanned_count: Option<u64>,
     /// BatchGetItem: table name to the items found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub responses: Option<BTreeMap<String, Vec<Item>>>,

@@ -164,6 +164,7 @@ fn operations() -> Vec<(&'static str, MakeRunner)> {
         ("count_by_state", Box::new(move || run(CountByState::new(&cfg(), DesiredState::Started, None)))),
         ("owned_by", Box::new(move || run(OwnedBy::new(&cfg(), "a").unwrap()))),
         ("items", Box::new(move || run(Items::new(&cfg())))),
+        ("stranded", Box::new(move || run(Stranded::new(&cfg(), 60_000, None, u64::MAX)))),
         ("create_table", Box::new(move || run(CreateTable::new(&cfg())))),
     ]
 }
@@ -1424,4 +1425,173 @@ fn a_replicated_write_conflict_is_contention_retried_within_the_deadline() {
 
     // A fenced write's transaction would list the conflict as a cancellation reason: retried.
     assert_eq!(fenced::cancellation_verdict(&["None", "ReplicatedWriteConflict"]), fenced::Cancelled::Retry);
+}
+
+/// The stranded-work sweep: consistent Scans of the base table, then the owners' session items.
+mod stranded {
+    use super::*;
+    use crate::lease::HELD_UNDER_SESSION_MS;
+    use crate::{StrandedPage, SweepCursor};
+
+    const GRACE: u64 = 60_000;
+
+    /// An answer as the SDKs hand it back (DynamoDB's JSON, extra fields and all).
+    fn answer(json: serde_json::Value) -> Answer {
+        serde_json::from_value(serde_json::json!({ "Ok": json })).unwrap()
+    }
+
+    /// A connection held under `owner`'s session `epoch`, as the projection returns it.
+    fn held(id: &str, owner: &str, epoch: u64) -> serde_json::Value {
+        serde_json::json!({
+            "connection_id": {"S": id}, "lease_owner": {"S": owner}, "session_epoch": {"N": epoch.to_string()},
+            "lease_expires_at_ms": {"N": HELD_UNDER_SESSION_MS.to_string()}, "desired_state": {"S": "STARTED"},
+            "fence": {"N": "4"}
+        })
+    }
+
+    fn session(owner: &str, epoch: u64, exp: u64) -> serde_json::Value {
+        serde_json::json!({
+            "connection_id": {"S": format!("session/{owner}")}, "fence": {"N": epoch.to_string()},
+            "lease_expires_at_ms": {"N": exp.to_string()}, "desired_state": {"S": "SESSION"}
+        })
+    }
+
+    fn scan_of<T: std::fmt::Debug>(step: Step<T>) -> Scan {
+        match sent(step).0 {
+            Request::Scan(scan) => scan,
+            other => panic!("expected a Scan, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_sweep_is_a_consistent_scan_of_the_base_table_trimmed_to_held_work_and_sessions() {
+        let c = cfg().key_prefix("app/");
+        let mut op = Stranded::new(&c, GRACE, None, u64::MAX);
+        let (request, _) = sent(op.next(at(0)));
+        let json = serde_json::to_value(&request).unwrap();
+        let body = &json["Scan"];
+        assert_eq!(body["TableName"], "leases");
+        assert_eq!(body["ConsistentRead"], true, "never an eventually consistent read");
+        assert!(
+            body.get("IndexName").is_none() && body.get("Limit").is_none() && body.get("ExclusiveStartKey").is_none()
+        );
+        assert_eq!(body["ProjectionExpression"], "#pk, #owner, #epoch, #exp, #ds, #fence");
+        assert_eq!(
+            body["FilterExpression"],
+            "begins_with(#pk, :sessions) OR (#exp = :held AND attribute_exists(#owner) AND attribute_exists(#epoch) \
+             AND begins_with(#pk, :prefix))"
+        );
+        assert_eq!(body["ExpressionAttributeNames"]["#epoch"], "session_epoch");
+        assert_eq!(body["ExpressionAttributeValues"][":sessions"], serde_json::json!({"S": "app/session/"}));
+        assert_eq!(body["ExpressionAttributeValues"][":prefix"], serde_json::json!({"S": "app/"}));
+        assert_eq!(
+            body["ExpressionAttributeValues"][":held"],
+            serde_json::json!({"N": HELD_UNDER_SESSION_MS.to_string()})
+        );
+        assert_eq!(serde_json::from_value::<Request>(json).unwrap(), request, "round trip");
+        // Without a prefix, no prefix condition (begins_with of an empty string is refused).
+        let scan = scan_of(Stranded::new(&cfg(), GRACE, None, u64::MAX).next(at(0)));
+        assert!(!scan.filter_expression.unwrap().contains(":prefix"));
+        assert!(!scan.expression_attribute_values.contains_key(":prefix"));
+    }
+
+    #[test]
+    fn work_under_a_gone_other_epoch_or_long_dead_session_is_stranded() {
+        let mut op = Stranded::new(&cfg(), GRACE, None, u64::MAX);
+        op.next(at(0));
+        let mut stopped = held("stopped", "gone", 1);
+        stopped["desired_state"] = serde_json::json!({"S": "STOPPED"});
+        let mut released = held("released", "gone", 1);
+        released["lease_expires_at_ms"] = serde_json::json!({"N": "0"});
+        let mut per_item = held("per-item", "gone", 1);
+        per_item.as_object_mut().unwrap().remove("session_epoch");
+        let mut sharded = held("sharded", "gone", 1);
+        sharded["desired_state"] = serde_json::json!({"S": "STARTED#3"});
+        // Page 1: a live session's work before and after its session item, an old epoch of it,
+        // and work of sessions not on this page.
+        let first = answer(serde_json::json!({
+            "Items": [
+                held("a-gone", "gone", 1), held("b-live", "live", 3), held("c-old-epoch", "live", 2),
+                session("live", 3, NOW + 10_000), held("d-recent", "recent", 1), held("e-long", "long", 4),
+                stopped, released, per_item, sharded
+            ],
+            "Count": 10, "ScannedCount": 250,
+            "LastEvaluatedKey": {"connection_id": {"S": "sharded"}},
+            "ResponseMetadata": {"HTTPStatusCode": 200}
+        }));
+        let scan = scan_of(op.next(at(10).with(first)));
+        assert_eq!(scan.exclusive_start_key, Some(key(&cfg(), "sharded")));
+        assert_eq!(scan.consistent_read, Some(true));
+        // Page 2, the last: more of the live session's work, which is dropped at once.
+        let second = answer(serde_json::json!({
+            "Items": [held("f-live", "live", 3)], "Count": 1, "ScannedCount": 120
+        }));
+        let (request, _) = sent(op.next(at(20).with(second)));
+        let Request::BatchGetItem(b) = request else { panic!("{request:?}") };
+        let ask = &b.request_items["leases"];
+        assert_eq!(ask.consistent_read, Some(true));
+        assert_eq!(ask.projection_expression.as_deref(), Some("#pk, #exp, #fence"));
+        let keys: Vec<&str> = ask.keys.iter().map(|k| k["connection_id"].as_s().unwrap()).collect();
+        assert_eq!(keys, ["session/gone", "session/live", "session/long", "session/recent"], "owners left, once each");
+        // Read at NOW + 30: dead beyond the grace is an expiry below NOW + 30 - skew - grace.
+        let edge = NOW + 30 - 1_000 - GRACE;
+        let sessions = answer(serde_json::json!({
+            "Responses": {"leases": [
+                session("live", 3, NOW + 10_000), session("recent", 1, edge), session("long", 4, edge - 1)
+            ]},
+            "UnprocessedKeys": {}
+        }));
+        let page = done(op.next(at(30).with(sessions)));
+        assert_eq!(
+            page,
+            StrandedPage {
+                ids: vec!["a-gone".into(), "c-old-epoch".into(), "e-long".into(), "sharded".into()],
+                scanned: 370,
+                next: None
+            },
+            "gone, another epoch, dead beyond the grace; not a live session's, nor one dead within the grace, \
+             nor stopped, released or per-item work"
+        );
+    }
+
+    #[test]
+    fn a_call_reads_at_most_its_budget_and_says_where_to_go_on() {
+        let after = Some(SweepCursor { key: "m".into() });
+        let mut op = Stranded::new(&cfg(), GRACE, after, 100);
+        let scan = scan_of(op.next(at(0)));
+        assert_eq!((scan.limit, scan.exclusive_start_key), (Some(100), Some(key(&cfg(), "m"))));
+        let page = |n: u64, last: &str| {
+            answer(serde_json::json!({
+                "Items": [], "Count": 0, "ScannedCount": n, "LastEvaluatedKey": {"connection_id": {"S": last}}
+            }))
+        };
+        let scan = scan_of(op.next(at(10).with(page(60, "p"))));
+        assert_eq!(scan.limit, Some(40), "what is left of the budget");
+        // The budget is spent: nothing held was read, so nothing more is sent.
+        let done_page = done(op.next(at(20).with(page(40, "t"))));
+        assert_eq!(done_page, StrandedPage { ids: vec![], scanned: 100, next: Some(SweepCursor { key: "t".into() }) });
+        // The table's end: no cursor.
+        let mut op = Stranded::new(&cfg(), GRACE, None, 100);
+        op.next(at(0));
+        let end = answer(serde_json::json!({"Items": [], "Count": 0, "ScannedCount": 7}));
+        assert_eq!(done(op.next(at(10).with(end))).next, None);
+    }
+
+    #[test]
+    fn other_applications_items_are_not_read_as_ours() {
+        let c = cfg().key_prefix("app/");
+        let mut op = Stranded::new(&c, GRACE, None, u64::MAX);
+        op.next(at(0));
+        // Another application's held work, and our work held under a session only another
+        // application's table has (ours is gone).
+        let first = answer(serde_json::json!({
+            "Items": [held("other/x", "w", 1), held("app/ours", "w", 1), session("w", 1, NOW + 10_000)],
+            "ScannedCount": 3
+        }));
+        let (request, _) = sent(op.next(at(10).with(first)));
+        let Request::BatchGetItem(b) = request else { panic!("{request:?}") };
+        assert_eq!(b.request_items["leases"].keys, vec![key(&c, "session/w")]);
+        let page = done(op.next(at(20).with(answer(serde_json::json!({"Responses": {"leases": []}})))));
+        assert_eq!(page.ids, ["ours"]);
+    }
 }
