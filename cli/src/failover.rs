@@ -43,6 +43,11 @@ pub enum Kind {
     Crash,
     /// SIGTERM: the worker releases its leases and hints them to the fleet, then exits.
     Graceful,
+    /// A stream STARTed (and hinted), its claimer killed with SIGKILL as soon as the claim has
+    /// landed: the claim may not be in the owner index yet (a lagging index), and the stream
+    /// must be owned again all the same. One sample per round; a stream not claimed again
+    /// within the round's limit counts as stranded.
+    Fresh,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -107,6 +112,12 @@ struct Report {
     /// With `--steady-ms`: the lease table's writes from the first round to the last.
     #[serde(skip_serializing_if = "Option::is_none")]
     rounds: Option<WriteCount>,
+    /// `fresh`: streams not claimed again within the round's limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stranded: Option<usize>,
+    /// `fresh`: how long a round waited for a claim again before counting its stream stranded, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stranded_after_ms: Option<u64>,
 }
 
 /// The lease table's item writes over a window, as the local engine counted them.
@@ -403,11 +414,94 @@ async fn holders(table: &LeaseTable) -> CliResult<HashMap<String, (String, u64)>
         .collect())
 }
 
+/// `--kind fresh`: what its rounds use.
+struct Fresh<'a> {
+    table: &'a LeaseTable,
+    sqs: &'a aws_sdk_sqs::Client,
+    queue_url: &'a str,
+    feed: std::net::SocketAddr,
+    /// How long a round waits for the stream to be claimed again.
+    limit: Duration,
+}
+
+impl Fresh<'_> {
+    /// The stream's holder now, by a consistent read of its item (no index).
+    async fn holder(&self, id: &str) -> CliResult<Option<String>> {
+        let now = SystemClock.now_ms();
+        Ok(self.table.get(id).await?.and_then(|i| i.holder_at(now).map(str::to_string)))
+    }
+
+    /// Each round: a new stream STARTed and hinted; its claimer killed once the claim has
+    /// landed (read every 2 ms); a replacement started; the time from the kill to another
+    /// worker's claim (read every 20 ms) is the round's sample.
+    async fn rounds(&self, workers: &mut Workers, report: &mut Report, failures: usize) -> CliResult {
+        report.stranded = Some(0);
+        report.stranded_after_ms = Some(self.limit.as_millis() as u64);
+        for round in 0..failures {
+            let id = format!("fresh-{round:02}");
+            self.table.start(&id, &format!("ws://{}/{id}", self.feed)).await?;
+            self.sqs
+                .send_message()
+                .queue_url(self.queue_url)
+                .message_body(Hint::new(&id).to_json())
+                .send()
+                .await
+                .map_err(|e| other(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+            let started = Instant::now();
+            let claimer = loop {
+                if let Some(owner) = self.holder(&id).await? {
+                    break owner;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    return Err(other(format!("round {round}: {id} not claimed within 30 s")));
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            let i = workers
+                .alive
+                .iter()
+                .position(|(name, _)| *name == claimer)
+                .ok_or_else(|| other(format!("{id} claimed by {claimer}, no worker of this bench")))?;
+            let killed = Instant::now();
+            workers.signal(i, libc::SIGKILL)?;
+            let (_, mut child) = workers.alive.remove(i);
+            wait_exit(&mut child, killed, Duration::from_secs(30)).await?;
+            workers.spawn()?;
+            let again = loop {
+                match self.holder(&id).await? {
+                    Some(owner) if owner != claimer => break Some(killed.elapsed()),
+                    _ if killed.elapsed() > self.limit => break None,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            };
+            let n = round + 1;
+            match again {
+                Some(after) => {
+                    let ms = after.as_millis() as u64;
+                    eprintln!(
+                        "  fresh {n}/{failures}: {claimer} killed once it claimed {id}, claimed again after {ms} ms"
+                    );
+                    report.samples_ms.push(ms);
+                    report.per_failure_max_ms.push(ms);
+                    report.per_failure_min_ms.push(ms);
+                }
+                None => {
+                    let limit = self.limit;
+                    eprintln!("  fresh {n}/{failures}: {claimer} killed once it claimed {id}: STRANDED (not claimed again within {limit:?})");
+                    *report.stranded.get_or_insert(0) += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
     let run_id = format!("{}-{}", SystemClock.now_ms(), std::process::id());
     let kind = match f.kind {
         Kind::Crash => "crash",
         Kind::Graceful => "graceful",
+        Kind::Fresh => "fresh",
     };
     let lease_table = format!("bench-failover-{kind}-{run_id}");
     let messages_table = format!("{lease_table}-messages");
@@ -419,7 +513,11 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
     let logs = f.dir.join(format!("failover-{run_id}"));
     std::fs::create_dir_all(&logs).map_err(other)?;
     // The survivors alone can hold every stream, and no worker holds them all.
-    let max = f.connections.div_ceil(f.workers.saturating_sub(1).max(1));
+    // (A fresh claim's rounds add a stream each: any worker may hold them all.)
+    let max = match f.kind {
+        Kind::Fresh => f.connections + f.failures,
+        _ => f.connections.div_ceil(f.workers.saturating_sub(1).max(1)),
+    };
     let mut workers = Workers {
         exe: std::env::current_exe().map_err(other)?,
         args: [
@@ -544,8 +642,18 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
         claim_instant: if session { "claimer's log" } else { "claim expiry" },
         steady,
         rounds: None,
+        stranded: None,
+        stranded_after_ms: None,
     };
-    for round in 0..f.failures {
+    // The signal rounds (a fresh claim's rounds are their own).
+    let rounds = if f.kind == Kind::Fresh {
+        let fresh = Fresh { table: &table, sqs: &sqs, queue_url: &queue_url, feed: feed_addr, limit };
+        fresh.rounds(&mut workers, &mut report, f.failures).await?;
+        0
+    } else {
+        f.failures
+    };
+    for round in 0..rounds {
         // A random phase against the victim's renewal schedule (a crash lands anywhere in it); a
         // hand-over does not depend on it, a short pause lets the replacement settle.
         let phase_ms = if f.kind == Kind::Crash { config.renew_ms() } else { 500 };
