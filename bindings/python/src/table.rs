@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use leaselock::lease::claim_cutoff;
+use leaselock::protocol::TableReplication;
 use leaselock::{Attributes, Hold, LeaseMode, LeaseStore, LeaseTable, TableConfig};
 use pyo3::prelude::*;
 
@@ -84,6 +85,11 @@ impl PyLeaseTable {
         let store = self.session_store(py)?;
         Ok(Box::pin(async move { store.sessions(u64::MAX).await.map(session_items) }))
     }
+    /// The table check, once per table ([`LeaseTable::replication`]), as a short kind.
+    fn check_table_op(&self) -> Op<&'static str> {
+        let t = self.table.clone();
+        Box::pin(async move { t.replication().await.map(|r| replication_kind(&r)) })
+    }
     fn create_table_op(&self) -> Op<()> {
         let t = self.table.clone();
         Box::pin(async move { t.create_table().await })
@@ -128,7 +134,8 @@ fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
 impl PyLeaseTable {
     #[new]
     #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
-        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1)))]
+        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1),
+        allow_eventual_global_table=Arg::Bool(false)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -143,6 +150,7 @@ impl PyLeaseTable {
         attributes: Arg,
         mode: Arg,
         orphan_shards: Arg,
+        allow_eventual_global_table: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let mode = mode.text(py, "mode")?;
@@ -166,6 +174,7 @@ impl PyLeaseTable {
                 .clock_skew(clock_skew_ms.ms(py, "clock_skew_ms")?)
                 .key_prefix(key_prefix.text(py, "key_prefix")?)
                 .orphan_shards(orphan_shards.count(py, "orphan_shards")?)
+                .allow_eventual_global_table(allow_eventual_global_table.flag(py, "allow_eventual_global_table")?)
                 .attributes(attributes_arg(py, attributes.text_map(py, "attributes")?)?);
             if let Some(index) = index_name.opt_text(py, "index_name")? {
                 config = config.index_name(index);
@@ -241,6 +250,17 @@ impl PyLeaseTable {
         awaitable(py, self.sessions_op(py)?)
     }
 
+    #[getter]
+    fn allow_eventual_global_table(&self) -> bool {
+        self.table.config().allow_eventual_global_table
+    }
+
+    fn check_table(&self, py: Python<'_>) -> PyResult<&'static str> {
+        wait(py, self.check_table_op())
+    }
+    fn check_table_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, self.check_table_op())
+    }
     fn create_table(&self, py: Python<'_>) -> PyResult<()> {
         wait(py, self.create_table_op())
     }
@@ -297,6 +317,16 @@ impl PyLeaseTable {
     }
     fn owned_by_async<'py>(&self, py: Python<'py>, owner: Arg) -> PyResult<Bound<'py, PyAny>> {
         awaitable(py, self.owned_by_op(owner.text(py, "owner")?))
+    }
+}
+
+/// `"single-region"`, `"strong"` (a multi-Region strong consistency global table) or
+/// `"not-checked"` (the table opts in to eventually consistent global tables).
+fn replication_kind(r: &TableReplication) -> &'static str {
+    match r {
+        TableReplication::SingleRegion => "single-region",
+        TableReplication::Strong { .. } => "strong",
+        TableReplication::NotChecked => "not-checked",
     }
 }
 

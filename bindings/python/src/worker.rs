@@ -276,11 +276,16 @@ impl PyWorker {
     }
 
     /// Runs the worker until `shutdown()`; resolves with the final snapshot. `start` starts one
-    /// handler on the event loop (see `leaselock.worker`).
+    /// handler on the event loop (see `leaselock.worker`). The table is checked first: a refused
+    /// table (a global table in eventual consistency, a missing one) raises before anything is
+    /// claimed.
     fn serve_async<'py>(&self, py: Python<'py>, start: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let worker = self.worker.lock().expect("worker poisoned").take();
         let worker = worker.ok_or_else(|| invalid(py, "worker", "worker: already served"))?;
         let _ = self.starter.set(start);
-        awaitable(py, async move { Ok(PyWorkerSnapshot::from(worker.run_until(std::future::pending()).await)) })
+        awaitable(py, async move {
+            worker.check_table().await?;
+            Ok(PyWorkerSnapshot::from(worker.run_until(std::future::pending()).await))
+        })
     }
 }

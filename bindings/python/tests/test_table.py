@@ -228,3 +228,135 @@ def test_sharded_orphan_index_lists_every_shard_and_refuses_bad_counts(dynamodb)
     assert leaselock.LeaseTable(name).orphan_shards == 1
     for bad in (0, 257):
         assert _field(lambda: leaselock.LeaseTable(name, orphan_shards=bad)) == "orphan_shards"
+
+
+class RecordedDynamoDB:
+    """A loopback DynamoDB answering each request from ``answer(operation, nth)`` -> (status,
+    body): recorded answers of what the local engine cannot make (a global table's description,
+    another Region's write conflict). ``asked`` lists the operations, in order."""
+
+    def __init__(self, answer: Any) -> None:
+        import http.server
+        import json
+
+        recorded = self
+        self.asked: List[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (the server's name for it)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                operation = self.headers.get("X-Amz-Target", "").rsplit(".", 1)[-1]
+                nth = recorded.asked.count(operation)
+                recorded.asked.append(operation)
+                status, body = answer(operation, nth)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-amz-json-1.0")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+REPLICAS = [{"RegionName": "us-east-1", "ReplicaStatus": "ACTIVE"}, {"RegionName": "eu-west-1", "ReplicaStatus": "ACTIVE"}]
+
+
+def global_table(consistency: Any) -> dict:
+    table = {"TableName": "leases", "TableStatus": "ACTIVE", "Replicas": REPLICAS}
+    if consistency is not None:
+        table["MultiRegionConsistency"] = consistency
+    return {"Table": table}
+
+
+REFUSED = (
+    "invalid table: leases is a global table in multi-Region eventual consistency (replicas: us-east-1, eu-west-1), "
+    "where concurrent writes in two Regions resolve last-writer-wins, so a lease on it is not exclusive across "
+    "Regions; use a single-Region table or a multi-Region strong consistency (MRSC) global table, or, if every "
+    "writer of this table writes in one Region, opt in with allow_eventual_global_table "
+    "(LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE=1)"
+)
+
+
+@pytest.mark.parametrize("consistency", ["EVENTUAL", None])
+def test_an_eventually_consistent_global_table_is_refused_before_any_claim(consistency: Any) -> None:
+    def answer(operation: str, nth: int) -> Any:
+        assert operation == "DescribeTable", f"nothing but DescribeTable may be sent, got {operation}"
+        return 200, global_table(consistency)
+
+    server = RecordedDynamoDB(answer)
+    try:
+        table = leaselock.LeaseTable("leases", endpoint_url=server.url, region="us-east-1")
+        with pytest.raises(leaselock.InvalidInput) as refused:
+            table.check_table()
+        assert str(refused.value) == REFUSED
+        assert refused.value.field == "table"
+        for claim in (lambda: table.acquire("s1", "a"), lambda: table.hold("s1", "a").__enter__()):
+            with pytest.raises(leaselock.InvalidInput, match="not exclusive across Regions"):
+                claim()
+
+        worker = leaselock.Worker(table, metrics_interval_ms=60_000)
+
+        @worker.handler
+        async def handle(conn: leaselock.Connection) -> None:
+            raise AssertionError("nothing may be claimed")
+
+        with pytest.raises(leaselock.InvalidInput, match="LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE=1"):
+            asyncio.run(asyncio.wait_for(worker.serve(), 10))
+        assert set(server.asked) == {"DescribeTable"}
+    finally:
+        server.close()
+
+
+def test_a_strongly_consistent_global_table_is_accepted_and_its_write_conflicts_retried() -> None:
+    conflict = {
+        "__type": "com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException",
+        "message": "The request was rejected because one or more items in the request are being modified by a "
+        "request in another Region.",
+    }
+    claimed = {
+        "Attributes": {
+            "connection_id": {"S": "s1"},
+            "lease_owner": {"S": "a"},
+            "fence": {"N": "1"},
+            "lease_expires_at_ms": {"N": str(int(time.time() * 1000) + 20_000)},
+        }
+    }
+
+    def answer(operation: str, nth: int) -> Any:
+        if operation == "DescribeTable":
+            return 200, global_table("STRONG")
+        assert operation == "UpdateItem", operation
+        return (400, conflict) if nth < 2 else (200, claimed)
+
+    server = RecordedDynamoDB(answer)
+    try:
+        table = leaselock.LeaseTable("leases", endpoint_url=server.url, region="us-east-1")
+        assert table.check_table() == "strong"
+        lease = table.acquire("s1", "a")
+        assert (lease.owner, lease.fence) == ("a", 1)
+        assert server.asked == ["DescribeTable", "UpdateItem", "UpdateItem", "UpdateItem"], "described once"
+    finally:
+        server.close()
+
+
+def test_the_opt_in_and_a_local_engine_table(table_name) -> None:
+    local = leaselock.LeaseTable(table_name)
+    assert local.check_table() == "single-region"
+    assert not local.allow_eventual_global_table
+    opted = leaselock.LeaseTable("leases", endpoint_url="http://127.0.0.1:9", allow_eventual_global_table=True)
+    assert opted.check_table() == "not-checked", "nothing is sent (nothing listens there)"
+    assert asyncio.run(leaselock.AsyncLeaseTable(table_name).check_table()) == "single-region"
+    with pytest.raises(leaselock.TableNotFound):
+        leaselock.LeaseTable(unique("py-missing")).check_table()

@@ -37,6 +37,7 @@ class _Table:
         attributes: Optional[Mapping[str, str]] = None,
         mode: str = "per-item",
         orphan_shards: int = 1,
+        allow_eventual_global_table: bool = False,
     ) -> None:
         """Opens ``table_name`` (no request is made; :meth:`create_table` creates it).
 
@@ -50,6 +51,13 @@ class _Table:
         ``STARTED``) spreads running work over that many orphan-index partition values
         (``STARTED#0`` ...), so renewals share their write capacity; every process of a table
         must use the same count. Bad settings raise :class:`InvalidInput` naming the field.
+
+        Before its first claim (:meth:`acquire`, :meth:`hold`, a :class:`Worker`'s start, an
+        election) the table is described once (:meth:`check_table`): a global table in
+        multi-Region eventual consistency, where writes in two Regions resolve
+        last-writer-wins, is refused with :class:`InvalidInput` unless
+        ``allow_eventual_global_table=True`` (safe only when every writer of the table writes in
+        one Region; nothing is described then).
         """
         self._native = _native.LeaseTable(
             table_name,
@@ -63,6 +71,7 @@ class _Table:
             attributes=dict(attributes) if isinstance(attributes, Mapping) else attributes,
             mode=mode,
             orphan_shards=orphan_shards,
+            allow_eventual_global_table=allow_eventual_global_table,
         )
 
     @property
@@ -94,6 +103,11 @@ class _Table:
         """How many orphan-index partition values running work is spread over (1: unsharded)."""
         return self._native.orphan_shards
 
+    @property
+    def allow_eventual_global_table(self) -> bool:
+        """Whether a global table in multi-Region eventual consistency is accepted."""
+        return self._native.allow_eventual_global_table
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.table_name!r})"
 
@@ -106,6 +120,14 @@ class LeaseTable(_Table):
     def create_table(self) -> None:
         """Creates the table, its sparse orphan index and TTL; does nothing if it exists."""
         self._native.create_table()
+
+    def check_table(self) -> str:
+        """Whether leases on the table can be exclusive, asked once per table object (one
+        DescribeTable; a success is kept): ``"single-region"``, ``"strong"`` (a global table in
+        multi-Region strong consistency) or ``"not-checked"`` (``allow_eventual_global_table``).
+        A global table in multi-Region eventual consistency raises :class:`InvalidInput`, a
+        missing table :class:`TableNotFound`."""
+        return self._native.check_table()
 
     def start(self, id: str, url: str) -> LeaseItem:
         """Marks ``id`` STARTED at ``url`` (``ws://`` or ``wss://``); owner, fence and last_seq stay."""
@@ -164,6 +186,10 @@ class AsyncLeaseTable(_Table):
     async def create_table(self) -> None:
         """Creates the table, its sparse orphan index and TTL; does nothing if it exists."""
         await self._native.create_table_async()
+
+    async def check_table(self) -> str:
+        """Whether leases on the table can be exclusive; see :meth:`LeaseTable.check_table`."""
+        return await self._native.check_table_async()
 
     async def start(self, id: str, url: str) -> LeaseItem:
         """Marks ``id`` STARTED at ``url``; owner, fence and last_seq stay."""

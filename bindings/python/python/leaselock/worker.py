@@ -146,6 +146,8 @@ class Worker:
     milliseconds with the design's defaults. On a session-mode table the worker balances the
     fleet's work (claims up to its fair share, hands the excess over; ``conn.cancel_reason``
     is then ``"HandOver"``) unless ``balance=False``. Bad settings raise :class:`InvalidInput`.
+    :meth:`serve` checks the table first (:meth:`LeaseTable.check_table`): a global table in
+    multi-Region eventual consistency raises :class:`InvalidInput` before anything is claimed.
     """
 
     def __init__(
