@@ -3,11 +3,19 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use crate::store_clock::StoreOffset;
+
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Wall-clock time, epoch milliseconds.
     fn now_ms(&self) -> u64;
     /// Monotonic milliseconds from an arbitrary origin; never goes backwards.
     fn monotonic_ms(&self) -> u64;
+    /// How this clock's wall time stands against the store's clock: by default it is the
+    /// store's own reckoning ([`StoreOffset::Exact`]); a [`crate::store_clock::StoreClock`]
+    /// measures it.
+    fn store_offset(&self) -> StoreOffset {
+        StoreOffset::Exact
+    }
 }
 
 /// The system clocks.
@@ -99,5 +107,9 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
 
     fn monotonic_ms(&self) -> u64 {
         (**self).monotonic_ms()
+    }
+
+    fn store_offset(&self) -> StoreOffset {
+        (**self).store_offset()
     }
 }

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod render;
 pub mod store;
+pub mod store_clock;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
@@ -74,6 +75,7 @@ pub use hint::Hint;
 pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem, SessionLoad};
 pub use memory::MemoryStore;
+pub use store_clock::{Estimate, StoreClock, StoreOffset};
 
 pub use store::{LeaseStore, OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 #[cfg(feature = "dynamodb")]
