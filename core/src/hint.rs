@@ -3,7 +3,9 @@
 
 use crate::error::{Error, Result};
 
-/// The body of a hint message, exactly `{"connection_id":"..."}`.
+/// The body of a hint message, exactly `{"connection_id":"..."}`; `{"connection_id":"...",
+/// "stranded":true}` for work found held under a session that is gone, retired or of an older
+/// epoch ([`Hint::stranded`]).
 ///
 /// ```
 /// use leaselock::Hint;
@@ -16,11 +18,21 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Hint {
     pub connection_id: String,
+    /// The work is held under a session nobody lists any more (the sweep found it): a worker
+    /// takes it whatever its fair share, since no orphan query or dead-session listing counts
+    /// it. Balance hands it on later if that worker is above its share.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stranded: bool,
 }
 
 impl Hint {
     pub fn new(connection_id: impl Into<String>) -> Self {
-        Self { connection_id: connection_id.into() }
+        Self { connection_id: connection_id.into(), stranded: false }
+    }
+
+    /// A hint for stranded work ([`LeaseStore::stranded`](crate::LeaseStore::stranded)).
+    pub fn stranded(connection_id: impl Into<String>) -> Self {
+        Self { connection_id: connection_id.into(), stranded: true }
     }
 
     pub fn to_json(&self) -> String {
@@ -45,6 +57,14 @@ mod tests {
         assert_eq!(Hint::new("a\"b").to_json(), r#"{"connection_id":"a\"b"}"#);
         let parsed = Hint::from_json(r#"{"connection_id":"s1","sent_at":3}"#).unwrap();
         assert_eq!(parsed.connection_id, "s1");
+    }
+
+    #[test]
+    fn a_stranded_hint_says_so_and_an_older_reader_sees_a_hint() {
+        let body = Hint::stranded("s1").to_json();
+        assert_eq!(body, r#"{"connection_id":"s1","stranded":true}"#);
+        assert!(Hint::from_json(&body).unwrap().stranded);
+        assert!(!Hint::from_json(r#"{"connection_id":"s1"}"#).unwrap().stranded);
     }
 
     #[test]

@@ -309,6 +309,9 @@ enum Source {
     /// Our own earlier epochs' work: claimed whatever the share.
     ReclaimOwn,
     Hint,
+    /// A hint for work held under a session nobody lists ([`Hint::stranded`]): claimed
+    /// whatever the share, as no view of the fleet counts it.
+    Stranded,
 }
 
 impl Source {
@@ -318,6 +321,7 @@ impl Source {
             Source::DeadSession => "dead session",
             Source::ReclaimOwn => "own earlier epoch",
             Source::Hint => "hint",
+            Source::Stranded => "stranded hint",
         }
     }
 }
@@ -1015,7 +1019,7 @@ impl Engine {
         if self.tracked.contains_key(id) {
             return Err(Claim::AlreadyOurs);
         }
-        let limited = self.balanced() && source != Source::ReclaimOwn;
+        let limited = self.balanced() && !matches!(source, Source::ReclaimOwn | Source::Stranded);
         if limited && self.tracked.len() >= self.claim_limit {
             return Err(Claim::AtLimit);
         }
@@ -1752,13 +1756,16 @@ impl Engine {
         while batch.in_flight < HINT_CLAIM_CONCURRENCY {
             let Some(i) = batch.queue.pop_front() else { break };
             let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
-                Some(Ok(hint)) => match self.try_claim(&hint.connection_id, Source::Hint, ClaimFrom::Hint(i), None) {
-                    Ok(()) => {
-                        batch.in_flight += 1;
-                        continue;
+                Some(Ok(hint)) => {
+                    let source = if hint.stranded { Source::Stranded } else { Source::Hint };
+                    match self.try_claim(&hint.connection_id, source, ClaimFrom::Hint(i), None) {
+                        Ok(()) => {
+                            batch.in_flight += 1;
+                            continue;
+                        }
+                        Err(outcome) => outcome,
                     }
-                    Err(outcome) => outcome,
-                },
+                }
                 Some(Err(e)) => {
                     warn!(receipt = %batch.messages[i].receipt, error = %e, "unreadable hint dropped");
                     Claim::Failed

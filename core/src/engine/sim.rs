@@ -195,7 +195,12 @@ impl Sim {
 
     /// Puts a hint for `id` on the queue.
     pub fn send_hint(&mut self, id: &str) {
-        self.hints.push_back(crate::Hint::new(id).to_json());
+        self.hints_push(crate::Hint::new(id).to_json());
+    }
+
+    /// Puts a hint message with `body` on the queue.
+    pub fn hints_push(&mut self, body: String) {
+        self.hints.push_back(body);
     }
 
     fn deliver(&mut self, worker: usize, event: Event) {

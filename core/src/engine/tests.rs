@@ -588,3 +588,51 @@ fn work_claimed_just_before_its_worker_died_is_taken_over_when_the_lagging_index
     assert!(trusting.retired_after_ms.is_some(), "{trusting:?}");
     eprintln!("index lag 8 s: allowed for {out:?}; trusted {trusting:?}");
 }
+
+/// An owner index 40 s behind, past what the engines allow for (10 s): the dead session is
+/// retired before its last claim is listed, and that work would be stranded. The consistent
+/// sweep (`LeaseStore::stranded`, which reads no index) finds it once the session has been
+/// dead for its grace, and a hint for it brings it back to a live worker, long before the
+/// index catches up.
+#[test]
+fn work_stranded_by_an_index_lagging_past_the_allowance_is_found_by_the_sweep_and_hinted_back() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        sim.spawn(Settings { hints: true, ..settings(name, 30) }, i as u64 + 70);
+    }
+    sim.store.set_lag_of(crate::memory::Index::Owner, 40_000);
+    sim.run_until(20_000);
+    let id = "fresh".to_string();
+    block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+    let started_at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(started_at + 30_000, 1, |s| s.running_on(&id).len() == 1), "claimed from the orphan index");
+    let victim = sim.running_on(&id)[0];
+    let victim_id = sim.nodes[victim].engine.settings().worker_id.clone();
+    sim.crash(victim);
+    let killed_at = sim.clock.monotonic_ms();
+    let retired = |s: &Sim| {
+        s.log.iter().any(|e| {
+            e.at_mono_ms > killed_at
+                && matches!(&e.command, Command::Run { request: Op::RetireSession { owner, .. }, .. } if *owner == victim_id)
+        })
+    };
+    assert!(sim.run_while(killed_at + 30_000, 10, retired), "the dead session is retired");
+    assert!(sim.running_on(&id).is_empty(), "stranded: held under a retired session the index does not list yet");
+    // The sweep, as the reconciler runs it: held under a session dead for longer than the grace.
+    let grace_ms = 10_000;
+    let found = block_on(sim.store.stranded(grace_ms)).unwrap();
+    assert_eq!(found, vec![id.clone()]);
+    for id in &found {
+        sim.hints_push(crate::Hint::stranded(id).to_json());
+    }
+    let swept_at = sim.clock.monotonic_ms();
+    let owned = sim.run_while(swept_at + 5_000, 10, |s| s.running_on(&id).len() == 1);
+    if !owned {
+        for e in sim.log.iter().filter(|e| e.at_mono_ms >= swept_at) {
+            eprintln!("{} w{} {:?}", e.at_mono_ms, e.worker, e.command);
+        }
+    }
+    assert!(owned, "owned again from the hint");
+    assert!(sim.clock.monotonic_ms() - killed_at < 40_000, "before the index caught up");
+    assert!(block_on(sim.store.stranded(grace_ms)).unwrap().is_empty());
+}
