@@ -636,3 +636,29 @@ fn work_stranded_by_an_index_lagging_past_the_allowance_is_found_by_the_sweep_an
     assert!(sim.clock.monotonic_ms() - killed_at < 40_000, "before the index caught up");
     assert!(block_on(sim.store.stranded(grace_ms)).unwrap().is_empty());
 }
+
+/// Per-item mode under both indexes 8 s behind: nothing waits on the index's silence. A crashed
+/// worker's leases are listed at an older expiry (already past the cutoff, or soon), claimed once
+/// the item's own expiry passes the skew (the conditional write decides), and new work STARTed
+/// meanwhile is listed once the orphan index has it.
+#[test]
+fn per_item_work_is_held_again_under_a_lagging_index_within_lease_skew_lag_and_an_interval() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 3_000, 1_000, 500), START);
+    let ids = start_work(&sim, 30);
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        sim.spawn(settings(name, 30), i as u64 + 80);
+    }
+    assert!(sim.run_while(20_000, 100, |s| ids.iter().all(|id| s.running_on(id).len() == 1)));
+    sim.store.set_index_lag_ms(8_000);
+    sim.run_until(40_000);
+    assert!(ids.iter().all(|id| sim.running_on(id).len() == 1), "held all along");
+    let lost: Vec<String> = ids.iter().filter(|id| sim.running_on(id) == vec![0]).cloned().collect();
+    assert!(!lost.is_empty());
+    sim.crash(0);
+    let crashed_at = sim.clock.monotonic_ms();
+    let back = sim.run_while(crashed_at + 60_000, 50, |s| ids.iter().all(|id| s.running_on(id).len() == 1));
+    let took = sim.clock.monotonic_ms() - crashed_at;
+    assert!(back && took <= 3_000 + 500 + 8_000 + 2_000 + 1_000, "{took} ms");
+    assert!(ids.iter().all(|id| sim.running_on(id).len() <= 1));
+    eprintln!("per-item, indexes 8 s behind: the crashed worker's {} held again after {took} ms", lost.len());
+}
