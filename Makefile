@@ -105,6 +105,7 @@ services-stop:
 	scripts/services.sh stop
 
 # The mixed fleet (Rust, Python and Node workers), from a fresh clone: what it runs is built first.
+# Its engine's indexes lag 1 s behind its tables, as DynamoDB's usually do.
 # The CLI and the Python binding are release builds of one feature set (scripts/same-features.py
 # in lint), so the second reuses every dependency the first compiled.
 demo:
@@ -112,7 +113,7 @@ demo:
 	$(CARGO) build --release -q -p leaselock-cli
 	scripts/python-binding.sh --release
 	scripts/build-wasm.sh
-	MOTO_PORT=$(DEMO_PORT) scripts/with-services.sh target/release/leaselock demo
+	MOTO_PORT=$(DEMO_PORT) LEASELOCK_ENGINE_INDEX_LAG_MS=$(FLEET_INDEX_LAG_MS) scripts/with-services.sh target/release/leaselock demo
 
 # make bench: every section merges its keys into bench/results/latest.json (bench/merge.py), then
 # bench/report.py writes bench/REPORT.md and its plots. The file starts empty, so every key in it
