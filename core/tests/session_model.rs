@@ -1,9 +1,9 @@
 //! Session mode, model-based: random sequences of session openings, renewals and endings
-//! interleaved with claims (of unowned work and of dead sessions' work), checkpoints and releases,
-//! from several workers whose clocks disagree within the skew, against `MemoryStore`, checking the
-//! safety invariants (never two holders whose deadlines overlap, fence +1 per claim, last_seq
-//! monotonic); then the same sequences against DynamoDB (the local engine) must give the same
-//! outcomes.
+//! interleaved with claims (of unowned work and of dead sessions' work), checkpoints, releases and
+//! sweeps for stranded work, from several workers whose clocks disagree within the skew, against
+//! `MemoryStore`, checking the safety invariants (never two holders whose deadlines overlap, fence
+//! +1 per claim, last_seq monotonic, no sweep naming work a live session holds); then the same
+//! sequences against DynamoDB (the local engine) must give the same outcomes.
 
 mod common;
 mod model_support;
@@ -31,6 +31,8 @@ enum Op {
     Checkpoint(usize, usize, u64),
     /// Lists the dead sessions (by the worker's clock) and retires those without connections.
     Reap(usize),
+    /// Sweeps the table for stranded work (by the worker's clock) with this grace, ms.
+    Sweep(usize, u64),
     Advance(u64),
 }
 
@@ -46,7 +48,8 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (w.clone(), id.clone()).prop_map(|(w, i)| Op::Claim(w, i)),
         2 => (w.clone(), id.clone()).prop_map(|(w, i)| Op::Release(w, i)),
         3 => (w.clone(), id, 0..40u64).prop_map(|(w, i, s)| Op::Checkpoint(w, i, s)),
-        1 => w.prop_map(Op::Reap),
+        1 => w.clone().prop_map(Op::Reap),
+        1 => (w.clone(), prop::sample::select(vec![0u64, 5_000, 60_000])).prop_map(|(w, g)| Op::Sweep(w, g)),
         3 => advance().prop_map(Op::Advance),
     ]
 }
@@ -159,6 +162,17 @@ async fn run(stores: &[Arc<dyn LeaseStore>], truth: &ManualClock, ops: &[Op]) ->
                     }
                 }
                 Outcome::Dead(dead, retired)
+            }
+            Op::Sweep(w, grace) => {
+                let ids = stores[w].stranded(grace).await.unwrap();
+                // Only work nobody may act for is named: a hint for it cannot disturb a holder.
+                for (h, worker) in workers.iter().enumerate() {
+                    for (&i, lease) in &worker.held {
+                        let named = ids.contains(&id(i)) && lease.fence == ledger[i].fence;
+                        assert!(!named, "w{w}'s sweep named {} while w{h} holds it", id(i));
+                    }
+                }
+                Outcome::Stranded(ids)
             }
         };
         out.push(outcome);

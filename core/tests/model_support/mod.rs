@@ -61,6 +61,8 @@ pub enum Outcome {
     Item(LeaseItem),
     /// The dead sessions listed, and which of them were retired.
     Dead(Vec<SessionItem>, Vec<bool>),
+    /// The ids a sweep for stranded work found.
+    Stranded(Vec<String>),
     Done,
     Skipped,
     Failed(String),
