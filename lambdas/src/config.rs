@@ -23,6 +23,12 @@ pub const ORPHAN_SHARDS: &str = "LEASELOCK_ORPHAN_SHARDS";
 /// `1` accepts a global table in multi-Region eventual consistency (refused by default; see
 /// [`TableConfig::allow_eventual_global_table`]).
 pub const ALLOW_EVENTUAL_GLOBAL_TABLE: &str = leaselock::config::ALLOW_EVENTUAL_GLOBAL_TABLE_ENV;
+/// Reconciler, session mode: minutes between sweeps of the table for stranded work (default 10;
+/// 0 turns the sweep off). See [`crate::reconciler::Sweep`].
+pub const SWEEP_INTERVAL_MINUTES: &str = "LEASELOCK_SWEEP_INTERVAL_MINUTES";
+/// Reconciler, session mode: how long a session must have been dead, beyond the skew, before its
+/// work counts as stranded, ms (default 60000).
+pub const SWEEP_GRACE_MS: &str = "LEASELOCK_SWEEP_GRACE_MS";
 
 pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 
@@ -71,6 +77,8 @@ pub struct Config {
     pub queue_url: String,
     /// CloudWatch namespace of the EMF metrics.
     pub metrics_namespace: String,
+    /// The reconciler's sweep for stranded work.
+    pub sweep: crate::reconciler::Sweep,
 }
 
 impl Config {
@@ -143,7 +151,25 @@ impl Config {
             });
         }
 
-        Ok(Config { table, queue_url, metrics_namespace })
+        let whole = |var: &'static str, default: u64, max: u64, unit: &str| match get(var) {
+            None => Ok(default),
+            Some(v) => v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| ConfigError::Invalid {
+                var,
+                message: format!("{v:?} is not a whole number of {unit} up to {max}"),
+            }),
+        };
+        let sweep = crate::reconciler::Sweep {
+            // A week at most: the sweep is meant to run a few times an hour.
+            every_minutes: whole(
+                SWEEP_INTERVAL_MINUTES,
+                crate::reconciler::DEFAULT_SWEEP_INTERVAL_MINUTES.into(),
+                10_080,
+                "minutes",
+            )? as u32,
+            grace_ms: whole(SWEEP_GRACE_MS, crate::reconciler::DEFAULT_SWEEP_GRACE_MS, 86_400_000, "milliseconds")?,
+        };
+
+        Ok(Config { table, queue_url, metrics_namespace, sweep })
     }
 }
 
@@ -169,6 +195,27 @@ mod tests {
         assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (20_000, 5_000, 1_000));
         assert_eq!(c.metrics_namespace, "leaselock");
         assert!(!c.table.allow_eventual_global_table);
+    }
+
+    #[test]
+    fn the_sweep_defaults_to_every_10_minutes_with_a_minute_of_grace_and_names_its_variables() {
+        let c = parse(BASE).unwrap();
+        assert_eq!((c.sweep.every_minutes, c.sweep.grace_ms), (10, 60_000));
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut vars = BASE.to_vec();
+            vars.extend_from_slice(extra);
+            parse(&vars)
+        };
+        let c = with(&[(SWEEP_INTERVAL_MINUTES, "0"), (SWEEP_GRACE_MS, "120000")]).unwrap();
+        assert_eq!((c.sweep.every_minutes, c.sweep.grace_ms), (0, 120_000), "0 turns it off");
+        for bad in ["ten", "-1", "1.5", "10081"] {
+            assert_eq!(with(&[(SWEEP_INTERVAL_MINUTES, bad)]).unwrap_err().var(), SWEEP_INTERVAL_MINUTES, "{bad}");
+        }
+        for bad in ["60s", "-1", "86400001"] {
+            assert_eq!(with(&[(SWEEP_GRACE_MS, bad)]).unwrap_err().var(), SWEEP_GRACE_MS, "{bad}");
+        }
+        let message = format!("{:?}", with(&[(SWEEP_GRACE_MS, "60s")]).unwrap_err());
+        assert!(message.starts_with("LEASELOCK_SWEEP_GRACE_MS: \"60s\""), "{message}");
     }
 
     #[test]

@@ -1,7 +1,25 @@
 //! The reconciler: on a schedule, finds running work that nobody holds (the sparse orphan index),
 //! sends START hints for it in batches, and reports counts as EMF metrics. It never claims a
 //! lease: workers do, and the lease decides.
+//!
+//! In session mode, every [`Sweep::every_minutes`] it also sweeps the table for stranded work:
+//! connections held under a session that is gone, of another epoch, or dead for longer than the
+//! grace, which survivors never list when the owner index lagged past their wait and the session
+//! was retired ([`LeaseStore::stranded_page`]). The sweep reads the base table only, with
+//! consistent Scans, never an index, so it finds such work whatever an index's lag; each id found
+//! gets a START hint, and the claim it leads to takes the work over.
+//!
+//! # What a sweep costs
+//!
+//! One strongly consistent Scan of the whole table: about one read unit per 4 KB of items read
+//! (the projection and the filter trim the answer, not the units), plus one consistent read per
+//! owner of held work whose session it did not read live. At 100,000 items of about 250 bytes that
+//! is 25 MB, about 6,100 read units per sweep; at the default interval (10 minutes, 4,320 sweeps
+//! in a 30-day month) about 26.4 million read request units a month, about $3.30 on demand at
+//! $0.125 per million (the us-east-1 price since November 2024). The cost grows with the table,
+//! not with what is stranded; `0` turns the sweep off.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,6 +44,42 @@ pub const CONCURRENT_BATCHES: usize = 16;
 pub const SEND_ATTEMPTS: u32 = 4;
 /// Tries per page of the orphan query.
 pub const PAGE_ATTEMPTS: u32 = 3;
+/// Items one part of the sweep reads (a few Scan pages, about 2.5 MB at 250-byte items): the
+/// run's deadline is checked between parts, and each part's hints are sent as it ends.
+pub const SWEEP_PART_ITEMS: u64 = 10_000;
+/// Minutes between sweeps for stranded work (default).
+pub const DEFAULT_SWEEP_INTERVAL_MINUTES: u32 = 10;
+/// How long a session must have been dead, beyond the skew, before its work counts as stranded
+/// (default): the survivors' own takeover has had that long.
+pub const DEFAULT_SWEEP_GRACE_MS: u64 = 60_000;
+
+/// When the reconciler sweeps the table for stranded work (session mode), and with what grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    /// A run sweeps when its invocation minute (minutes since the epoch, from the scheduled
+    /// event's `time`) is a multiple of this: stateless, one sweep per interval when it is a
+    /// multiple of the schedule's period. 0: never.
+    pub every_minutes: u32,
+    /// Work of a dead session is stranded once the session's expiry is older than
+    /// `now - clock_skew - grace_ms`.
+    pub grace_ms: u64,
+}
+
+impl Sweep {
+    /// No sweep.
+    pub const OFF: Sweep = Sweep { every_minutes: 0, grace_ms: DEFAULT_SWEEP_GRACE_MS };
+
+    /// Whether a run invoked at `time_ms` (epoch ms) sweeps.
+    pub fn is_due(&self, time_ms: u64) -> bool {
+        self.every_minutes > 0 && (time_ms / 60_000) % u64::from(self.every_minutes) == 0
+    }
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep { every_minutes: DEFAULT_SWEEP_INTERVAL_MINUTES, grace_ms: DEFAULT_SWEEP_GRACE_MS }
+    }
+}
 
 /// Counts over the orphan index, without reading the items.
 #[async_trait::async_trait]
@@ -77,6 +131,16 @@ pub struct Report {
     pub stopped: Option<u64>,
     /// STARTED items with a live lease.
     pub owned: Option<u64>,
+    /// Session mode, on a sweep run: the stranded connections the sweep found (each hinted,
+    /// unless hinted above as a dead session's work). `None` when no sweep ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stranded: Option<u64>,
+    /// Items the sweep read (its cost: about one read unit per 4 KB of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_items_read: Option<u64>,
+    /// The sweep read the whole table (the next sweep starts over otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_complete: Option<bool>,
     pub duration_ms: u64,
 }
 
@@ -90,7 +154,9 @@ impl Report {
             ("HintsDeferred", self.hints_deferred),
             ("Incomplete", u64::from(!self.complete)),
         ];
-        for (name, value) in [("Started", self.started), ("Stopped", self.stopped), ("Owned", self.owned)] {
+        let counts =
+            [("Started", self.started), ("Stopped", self.stopped), ("Owned", self.owned), ("Stranded", self.stranded)];
+        for (name, value) in counts {
             if let Some(value) = value {
                 metrics.push((name, value));
             }
@@ -165,11 +231,14 @@ pub struct Options {
     /// No request starts after this instant: what is not read or hinted by then is left to the
     /// next run (the report says so). `None`: no limit.
     pub deadline: Option<Instant>,
+    /// Session mode: sweep the table for stranded work in this run, with this grace (ms; see
+    /// [`Sweep`]). `None` (the default): no sweep.
+    pub sweep_grace_ms: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { page_size: PAGE_SIZE, concurrency: CONCURRENT_BATCHES, deadline: None }
+        Options { page_size: PAGE_SIZE, concurrency: CONCURRENT_BATCHES, deadline: None, sweep_grace_ms: None }
     }
 }
 
@@ -204,9 +273,15 @@ async fn read_page<S: LeaseStore + ?Sized>(
 
 /// Sends one hint per orphan, [`MAX_BATCH`] per request, `concurrency` requests at once.
 async fn send_hints(hints: &dyn HintSender, orphans: &[LeaseItem], options: &Options) -> Tally {
-    stream::iter(orphans.chunks(MAX_BATCH))
+    let ids: Vec<&str> = orphans.iter().map(|item| item.id.as_str()).collect();
+    send_hints_for(hints, &ids, options).await
+}
+
+/// Sends one hint per id, [`MAX_BATCH`] per request, `concurrency` requests at once.
+async fn send_hints_for(hints: &dyn HintSender, ids: &[&str], options: &Options) -> Tally {
+    stream::iter(ids.chunks(MAX_BATCH))
         .map(|chunk| {
-            let batch = chunk.iter().map(|item| Hint::new(item.id.as_str())).collect();
+            let batch = chunk.iter().map(|id| Hint::new(*id)).collect();
             send_batch_with_retry(hints, batch, options.deadline)
         })
         .buffer_unordered(options.concurrency.max(1))
@@ -301,16 +376,27 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
     );
     let Hinted { mut orphans, mut tally, cut_short } = hinted?;
     // Session mode: the work of a dead session is orphaned too; the owner index lists it.
+    let session_mode = store.config().mode == leaselock::LeaseMode::Session;
     let mut dead_session_work = 0;
-    if store.config().mode == leaselock::LeaseMode::Session && !passed(options.deadline) {
+    let mut hinted = HashSet::new();
+    if session_mode && !passed(options.deadline) {
         match dead_sessions_work(store, cutoff_ms).await {
             Ok(work) => {
                 dead_session_work = work.len() as u64;
                 orphans += dead_session_work;
                 tally = tally + send_hints(hints, &work, &options).await;
+                hinted.extend(work.into_iter().map(|item| item.id));
             }
             Err(e) => warn!(error = %e, "listing dead sessions failed; the next run tries again"),
         }
+    }
+    // Session mode's backstop, on a sweep run: what no index listed.
+    let swept = match options.sweep_grace_ms {
+        Some(grace_ms) if session_mode => Some(sweep_stranded(store, hints, grace_ms, &hinted, &options).await),
+        _ => None,
+    };
+    if let Some(swept) = &swept {
+        tally = tally + swept.tally;
     }
     if let Some(why) = &cut_short {
         warn!(orphans, hints_sent = tally.sent, hints_deferred = tally.deferred, "run cut short: {why}");
@@ -327,8 +413,63 @@ pub async fn reconcile_with<S: StateCounts + ?Sized>(
         started: owned.map(|owned| owned + orphans),
         stopped,
         owned,
+        stranded: swept.as_ref().map(|s| s.stranded),
+        sweep_items_read: swept.as_ref().map(|s| s.items_read),
+        sweep_complete: swept.as_ref().map(|s| s.cut_short.is_none()),
         duration_ms: started_at.elapsed().as_millis() as u64,
     })
+}
+
+/// What [`sweep_stranded`] got done.
+#[derive(Debug, Default)]
+struct Swept {
+    stranded: u64,
+    items_read: u64,
+    tally: Tally,
+    /// Why the sweep stopped before the end of the table, if it did.
+    cut_short: Option<String>,
+}
+
+/// Sweeps the whole table for stranded work, part by part ([`SWEEP_PART_ITEMS`] items each, the
+/// deadline checked between parts), hinting each part's ids (but those in `hinted`) as it ends.
+/// A part that fails ends the sweep; the next sweep starts over.
+async fn sweep_stranded<S: LeaseStore + ?Sized>(
+    store: &S,
+    hints: &dyn HintSender,
+    grace_ms: u64,
+    hinted: &HashSet<String>,
+    options: &Options,
+) -> Swept {
+    let mut swept = Swept::default();
+    let mut after = None;
+    loop {
+        if passed(options.deadline) {
+            swept.cut_short = Some("the deadline came before the sweep read the whole table".into());
+            break;
+        }
+        let page = match store.stranded_page(grace_ms, after.take(), SWEEP_PART_ITEMS).await {
+            Ok(page) => page,
+            Err(e) => {
+                swept.cut_short = Some(format!("sweeping for stranded work failed: {e}"));
+                break;
+            }
+        };
+        swept.items_read += page.scanned;
+        swept.stranded += page.ids.len() as u64;
+        let fresh: Vec<&str> = page.ids.iter().map(String::as_str).filter(|id| !hinted.contains(*id)).collect();
+        for id in &fresh {
+            info!(connection_id = %id, "stranded: held under a gone, older or long-dead session");
+        }
+        swept.tally = swept.tally + send_hints_for(hints, &fresh, options).await;
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    if let Some(why) = &swept.cut_short {
+        warn!(stranded = swept.stranded, items_read = swept.items_read, "sweep cut short: {why}");
+    }
+    swept
 }
 
 /// The STARTED work held under sessions that are dead by `cutoff_ms` (a query of the session
@@ -370,14 +511,51 @@ impl From<ReconcileError> for Diagnostic {
     }
 }
 
-/// The Lambda handler: any payload (an EventBridge schedule event) triggers one run, which
-/// stops starting requests [`DEADLINE_RESERVE`] before the invocation's deadline; the report is
-/// returned and its metrics written as one EMF line.
+/// [`handle_with`] without a sweep for stranded work.
 pub async fn handle<S: StateCounts + ?Sized, W: Write>(
     event: LambdaEvent<Value>,
     store: &S,
     hints: &dyn HintSender,
     metrics: &EmfWriter<W>,
+) -> Result<Value, ReconcileError> {
+    handle_with(event, store, hints, metrics, Sweep::OFF).await
+}
+
+/// The epoch ms of an EventBridge event's `time` (`2026-03-12T19:05:00Z`, UTC, whole or
+/// fractional seconds); `None` when there is none or it is not such a time.
+pub fn event_time_ms(event: &Value) -> Option<u64> {
+    let (date, clock) = event.get("time")?.as_str()?.strip_suffix('Z')?.split_once('T')?;
+    let number = |s: &str| s.parse::<u64>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
+    let mut date = date.split('-').map(number);
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let mut clock = clock.split(':');
+    let (hour, minute) = (clock.next().and_then(number)?, clock.next().and_then(number)?);
+    let second: f64 = clock.next()?.parse().ok().filter(|s: &f64| (0.0..61.0).contains(s))?;
+    let valid = date.next().is_none() && clock.next().is_none();
+    if !valid || !(1970..=9999).contains(&year) || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let (era, yoe) = (y / 400, y % 400);
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + (second * 1000.0) as u64)
+}
+
+/// The Lambda handler: any payload (an EventBridge schedule event) triggers one run, which
+/// stops starting requests [`DEADLINE_RESERVE`] before the invocation's deadline; the report is
+/// returned and its metrics written as one EMF line. In session mode the run also sweeps for
+/// stranded work when `sweep` is due at the event's `time` (the store's clock without one).
+pub async fn handle_with<S: StateCounts + ?Sized, W: Write>(
+    event: LambdaEvent<Value>,
+    store: &S,
+    hints: &dyn HintSender,
+    metrics: &EmfWriter<W>,
+    sweep: Sweep,
 ) -> Result<Value, ReconcileError> {
     let deadline = run_deadline(event.context.deadline, SystemTime::now());
     if deadline.is_none() && event.context.deadline != 0 {
@@ -386,7 +564,9 @@ pub async fn handle<S: StateCounts + ?Sized, W: Write>(
             "the invocation deadline has passed or is not a time; running without one"
         );
     }
-    let options = Options { deadline, ..Options::default() };
+    let invoked_ms = event_time_ms(&event.payload).unwrap_or_else(|| store.clock().now_ms());
+    let sweep_grace_ms = sweep.is_due(invoked_ms).then_some(sweep.grace_ms);
+    let options = Options { deadline, sweep_grace_ms, ..Options::default() };
     let report = reconcile_with(store, hints, options).await?;
     info!(
         orphans = report.orphans,
@@ -396,6 +576,7 @@ pub async fn handle<S: StateCounts + ?Sized, W: Write>(
         complete = report.complete,
         started = report.started,
         stopped = report.stopped,
+        stranded = report.stranded,
         duration_ms = report.duration_ms,
         "reconciled"
     );

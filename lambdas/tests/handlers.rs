@@ -489,7 +489,12 @@ async fn pages_are_read_while_hints_are_sent_and_none_after_the_deadline() {
     let store = started(500).await;
     let hints = SlowHints::new(Duration::from_millis(100));
     let began = tokio::time::Instant::now();
-    let options = Options { page_size: 50, concurrency: 5, deadline: Some(began + Duration::from_millis(350)) };
+    let options = Options {
+        page_size: 50,
+        concurrency: 5,
+        deadline: Some(began + Duration::from_millis(350)),
+        ..Options::default()
+    };
     let report = reconciler::reconcile_with(&store, &hints, options).await.unwrap();
     // A page's 5 batches take one round (100 ms), and the next page is read meanwhile: the pages
     // sent at 0, 100, 200 and 300 ms go out whole; the one read at 300 ms is the last.

@@ -1,4 +1,5 @@
-//! The reconciler Lambda: on a schedule, hints every orphan and emits the fleet's counts.
+//! The reconciler Lambda: on a schedule, hints every orphan and emits the fleet's counts; in
+//! session mode, every few runs, sweeps the table for stranded work.
 
 use lambda_runtime::{service_fn, LambdaEvent};
 use leaselock_lambdas::{connect, reconciler, Config, EmfWriter};
@@ -10,6 +11,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = Config::from_env()?;
     let (table, hints) = connect(&config).await?;
     let metrics = EmfWriter::new(&config.metrics_namespace, "reconciler", std::io::stdout());
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| reconciler::handle(event, &table, &hints, &metrics)))
-        .await
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
+        reconciler::handle_with(event, &table, &hints, &metrics, config.sweep)
+    }))
+    .await
 }
