@@ -44,7 +44,21 @@ export interface LeaseTableOptions {
    * must use the same count.
    */
   orphanShards?: number;
+  /**
+   * Accept a global table in multi-Region eventual consistency, where writes in two Regions
+   * resolve last-writer-wins (default false: refused by `checkTable`). Only safe when every
+   * writer of the table writes in one Region; nothing is described then.
+   */
+  allowEventualGlobalTable?: boolean;
 }
+
+/** What `LeaseTable.checkTable` found. */
+export type TableReplication =
+  | { kind: 'single-region' }
+  /** A global table in multi-Region strong consistency (MRSC). */
+  | { kind: 'strong'; regions: string[] }
+  /** `allowEventualGlobalTable`: not described. */
+  | { kind: 'not-checked' };
 
 /** A stored session item; `expiresAtMs` 0 once ended. */
 export interface SessionItem {
@@ -91,7 +105,15 @@ export declare class LeaseTable {
   readonly clockSkewMs: number;
   readonly mode: 'per-item' | 'session';
   readonly orphanShards: number;
+  readonly allowEventualGlobalTable: boolean;
   createTable(options?: Abortable): Promise<void>;
+  /**
+   * Whether leases on the table can be exclusive, asked once per LeaseTable before its first
+   * claim (one DescribeTable; a success is kept). A global table in multi-Region eventual
+   * consistency rejects with InvalidInputError (field `table`), a missing one with
+   * TableNotFoundError.
+   */
+  checkTable(options?: Abortable): Promise<TableReplication>;
   start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
   stop(id: string, options?: Abortable): Promise<LeaseItem>;
   acquire(id: string, options: { owner: string } & Abortable): Promise<Lease>;
@@ -284,6 +306,7 @@ export interface LeaderElectorOptions {
   leaseMs?: number;
   renewMs?: number;
   clockSkewMs?: number;
+  allowEventualGlobalTable?: boolean;
   /** Unique per process; default host-pid-random. */
   owner?: string;
   /** How long a contender keeps retrying before it is skipped (default 0: one try). */

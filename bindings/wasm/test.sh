@@ -9,6 +9,7 @@ node --test --test-concurrency=1 \
   tests/errors.test.js \
   tests/hostile.test.js \
   tests/table.test.js \
+  tests/global_table.test.js \
   tests/ambiguous.test.js \
   tests/worker.test.js \
   tests/session.test.mjs \

@@ -46,19 +46,30 @@ class LeaderElector {
 
   /**
    * @param {object} options `table` (a LeaseTable) or `client` + `tableName` (and optionally
-   *   `leaseMs`, `renewMs`, `clockSkewMs`); `owner` (unique per process; default host-pid-random),
+   *   `leaseMs`, `renewMs`, `clockSkewMs`, `allowEventualGlobalTable`); `owner` (unique per
+   *   process; default host-pid-random),
    *   `waitMs` (0: one try), `minLeaseMs`, `keyPrefix` (of the election keys), `retryDelayMs`
    *   (200), `termMs` and `candidateTtlMs` (strategic elections; default the lease).
    */
   constructor(options) {
-    const { table, client, tableName, leaseMs, renewMs, clockSkewMs, owner = defaultOwner(), ...rest } = options ?? {};
+    const {
+      table,
+      client,
+      tableName,
+      leaseMs,
+      renewMs,
+      clockSkewMs,
+      allowEventualGlobalTable,
+      owner = defaultOwner(),
+      ...rest
+    } = options ?? {};
     if (table !== undefined) {
       if (!(table instanceof LeaseTable)) {
         throw invalid('table', 'must be a LeaseTable');
       }
       this.#table = table;
     } else {
-      this.#table = new LeaseTable({ client, tableName, leaseMs, renewMs, clockSkewMs });
+      this.#table = new LeaseTable({ client, tableName, leaseMs, renewMs, clockSkewMs, allowEventualGlobalTable });
     }
     this.#rules = call(() => new wasm.ElectionRules(json('options', { owner, ...rest }), this.#table.rules));
   }
@@ -79,11 +90,13 @@ class LeaderElector {
   /**
    * Runs `action(term, signal)` only if this process becomes the leader of `name` within the
    * wait. `signal` aborts at the local deadline (or when the lease is lost). Resolves
-   * `{ led: true, fence, value, end }` or `{ skipped: true, holder }`.
+   * `{ led: true, fence, value, end }` or `{ skipped: true, holder }`. Every election checks the
+   * table first (`LeaseTable.checkTable`, once per table).
    */
   async runIfLeader(name, action, { signal } = {}) {
     checkAction(action);
     const key = call(() => this.#rules.leaderKey(text('name', name)));
+    await this.#table.checkTable({ signal });
     const claimed = await this.#claimWithin(() => this.#claim(key, signal), this.#rules.waitMs, signal);
     return claimed.lease ? this.#hold(claimed, action, null, signal) : skipped(claimed.holder);
   }
@@ -93,6 +106,7 @@ class LeaderElector {
     checkAction(action);
     const key = call(() => this.#rules.groupKey(text('name', name)));
     call(() => this.#rules.slotOrder(key, slots, 0));
+    await this.#table.checkTable({ signal });
     const claim = async () => {
       let held;
       for (const id of this.#rules.slotOrder(key, slots, Math.random())) {
@@ -128,6 +142,7 @@ class LeaderElector {
     const entry = call(() => rules.candidate(json('candidate', candidate ?? {})));
     const ttl = rules.candidateTtlMs;
     const table = this.#table;
+    await table.checkTable({ signal });
     await drive(call(() => table.rules.registerCandidate(election, entry, ttl)), table.client, signal);
     const stopHeartbeat = new AbortController();
     const heartbeat = (async () => {

@@ -11,16 +11,29 @@ const { Session } = require('./session');
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
 
+/** `promise`, or the signal's reason as soon as it aborts. */
+function abortable(promise, signal) {
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
 /** Lease operations on one DynamoDB table, through the caller's `DynamoDBClient`. */
 class LeaseTable {
   #rules;
+  /** The table check in flight or passed (see `checkTable`). */
+  #checked;
 
   /**
    * @param {object} options `client` (a DynamoDBClient), `tableName`, and optionally `leaseMs`,
    *   `renewMs`, `clockSkewMs`, `keyPrefix`, `indexName`, `attributeNames`, `mode` ("per-item",
    *   the default, or "session": one session item per worker renewed for everything it holds;
    *   "item" is the older spelling of "per-item", still accepted),
-   *   `orphanShards` (1 to 256, default 1: running work over `STARTED#0..N-1`).
+   *   `orphanShards` (1 to 256, default 1: running work over `STARTED#0..N-1`),
+   *   `allowEventualGlobalTable` (default false: see `checkTable`).
    */
   constructor(options) {
     const { client, ...rest } = options ?? {};
@@ -57,6 +70,11 @@ class LeaseTable {
     return this.#rules.orphanShards;
   }
 
+  /** Whether a global table in multi-Region eventual consistency is accepted (see `checkTable`). */
+  get allowEventualGlobalTable() {
+    return this.#rules.allowEventualGlobalTable;
+  }
+
   /** The decisions that depend on this table's settings (the worker and the keeper use them). */
   get rules() {
     return this.#rules;
@@ -65,6 +83,43 @@ class LeaseTable {
   async #run(makeOp, signal, appendItems) {
     signal?.throwIfAborted();
     return drive(call(makeOp), this.client, signal, appendItems);
+  }
+
+  /** A claim: its arguments checked first, then the table (once), then the claim itself. */
+  async #claim(makeOp, signal) {
+    signal?.throwIfAborted();
+    const op = call(makeOp);
+    try {
+      await this.checkTable({ signal });
+    } catch (e) {
+      op.free();
+      throw e;
+    }
+    return drive(op, this.client, signal);
+  }
+
+  /**
+   * Whether leases on this table can be exclusive, asked once per LeaseTable before its first
+   * claim (`acquire`, `using`, a Worker's or an elector's start): resolves
+   * `{ kind: 'single-region' }`, `{ kind: 'strong', regions }` (a global table in multi-Region
+   * strong consistency) or `{ kind: 'not-checked' }` (`allowEventualGlobalTable`: nothing is
+   * sent). A global table in multi-Region eventual consistency, where writes in two Regions
+   * resolve last-writer-wins, rejects with InvalidInputError (field `table`); a missing table
+   * with TableNotFoundError. One DescribeTable; a success is kept, a failure is asked again.
+   */
+  async checkTable({ signal } = {}) {
+    signal?.throwIfAborted();
+    if (this.#checked === undefined) {
+      // Not tied to one caller's signal: the callers waiting for it may differ.
+      const checked = drive(call(() => this.#rules.checkTable()), this.client);
+      this.#checked = checked;
+      checked.catch(() => {
+        if (this.#checked === checked) {
+          this.#checked = undefined;
+        }
+      });
+    }
+    return signal === undefined ? this.#checked : abortable(this.#checked, signal);
   }
 
   /** Creates the table, its indexes and TTL when missing, and waits until they are active. */
@@ -87,13 +142,13 @@ class LeaseTable {
    * LeaseHeldError names the holder, LeaseStoppedError refuses stopped work.
    */
   async acquire(id, { owner, signal } = {}) {
-    const data = await this.#run(() => this.#rules.acquire(text('id', id), text('owner', owner)), signal);
+    const data = await this.#claim(() => this.#rules.acquire(text('id', id), text('owner', owner)), signal);
     return new Lease(this, data);
   }
 
   /** The fleet's claim: only an existing item whose desired state is STARTED. */
   async acquireStarted(id, { owner, signal } = {}) {
-    const data = await this.#run(() => this.#rules.acquireStarted(text('id', id), text('owner', owner)), signal);
+    const data = await this.#claim(() => this.#rules.acquireStarted(text('id', id), text('owner', owner)), signal);
     return new Lease(this, data);
   }
 

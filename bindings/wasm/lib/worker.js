@@ -172,7 +172,8 @@ class Worker {
    * Runs until SIGTERM, SIGINT, `signal` or `shutdown()`; then stops claiming, aborts every
    * handler, waits for them (at most `handlerGraceMs` each), releases every lease in parallel
    * (session mode: ends the session with one write), hints the released work, and resolves with
-   * the final snapshot.
+   * the final snapshot. The table is checked first (`LeaseTable.checkTable`): a global table in
+   * multi-Region eventual consistency (or a missing table) rejects before anything is claimed.
    */
   async run({ signal } = {}) {
     const stop = () => this.shutdown();
@@ -181,6 +182,7 @@ class Worker {
     signal?.addEventListener('abort', stop, { once: true });
     const engine = this.#engine;
     try {
+      await this.#table.checkTable({ signal });
       this.#logger.info?.('worker started', { workerId: this.workerId, maxConnections: this.#settings.maxConnections });
       for (;;) {
         this.#runCommands();

@@ -25,6 +25,7 @@ const OPTIONS: &[&str] = &[
     "attributeNames",
     "mode",
     "orphanShards",
+    "allowEventualGlobalTable",
 ];
 
 /// `attributeNames`' keys: any subset; the rest keep the reference schema's names.
@@ -80,6 +81,11 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
             })?;
             config = config.orphan_shards(n);
         }
+    }
+    match options.get("allowEventualGlobalTable") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(allow)) => config = config.allow_eventual_global_table(*allow),
+        Some(_) => return Err(invalid("allowEventualGlobalTable", "must be a boolean")),
     }
     if let Some(names) = options.get("attributeNames").filter(|v| !v.is_null()) {
         let names = object("attributeNames", names.clone())?;
@@ -167,6 +173,7 @@ pub fn js_field(rust: &str) -> String {
         ("candidate_ttl", "candidateTtlMs"),
         ("queue_url", "queueUrl"),
         ("orphan_shards", "orphanShards"),
+        ("allow_eventual_global_table", "allowEventualGlobalTable"),
     ];
     if let Some((_, js)) = known.iter().find(|(r, _)| *r == rust) {
         return js.to_string();
@@ -225,6 +232,15 @@ mod tests {
         let bad_attr = r#"{"tableName":"leases","attributeNames":{"fence":7}}"#;
         assert!(table_config(bad_attr).unwrap_err().to_string().contains("attributeNames.fence"));
         assert!(table_config(r#"{"leaseMs":1}"#).unwrap_err().to_string().contains("tableName"));
+    }
+
+    #[test]
+    fn the_eventual_global_table_opt_in() {
+        assert!(!table_config(r#"{"tableName":"leases"}"#).unwrap().allow_eventual_global_table);
+        let c = table_config(r#"{"tableName":"leases","allowEventualGlobalTable":true}"#).unwrap();
+        assert!(c.allow_eventual_global_table);
+        let err = table_config(r#"{"tableName":"leases","allowEventualGlobalTable":1}"#).unwrap_err();
+        assert!(matches!(&err, Error::InvalidInput { field, .. } if field == "allowEventualGlobalTable"), "{err}");
     }
 
     #[test]

@@ -22,8 +22,8 @@ mod session;
 mod worker;
 
 use leaselock::protocol::{
-    Acquire, BatchDesiredStates, Checkpoint, CreateTable, FencedWrite, Get, Items, OrphansPage, OwnedBy, Release,
-    Renew, Start, Stop,
+    Acquire, BatchDesiredStates, CheckTable, Checkpoint, CreateTable, FencedWrite, Get, Items, OrphansPage, OwnedBy,
+    Release, Renew, Start, Stop,
 };
 use leaselock::worker::decide;
 use leaselock::{Error, Lease, TableConfig};
@@ -130,6 +130,11 @@ impl Table {
     pub fn clock_skew_ms(&self) -> f64 {
         self.config.skew_ms() as f64
     }
+
+    #[wasm_bindgen(getter, js_name = allowEventualGlobalTable)]
+    pub fn allow_eventual_global_table(&self) -> bool {
+        self.config.allow_eventual_global_table
+    }
 }
 
 /// The lease operations: each returns an [`Op`] for `lib/drive.js` to step, or throws bad input.
@@ -138,6 +143,13 @@ impl Table {
     #[wasm_bindgen(js_name = createTable)]
     pub fn create_table(&self) -> Op {
         Op::new(CreateTable::new(&self.config))
+    }
+
+    /// The table check (one DescribeTable, or nothing with `allowEventualGlobalTable`): done with
+    /// `{kind: "single-region" | "strong" | "not-checked", regions?}`, or the refusal.
+    #[wasm_bindgen(js_name = checkTable)]
+    pub fn check_table(&self) -> Op {
+        Op::new(CheckTable::new(&self.config))
     }
 
     pub fn start(&self, id: &str, url: &str) -> Result<Op, JsValue> {

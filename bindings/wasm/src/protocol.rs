@@ -71,6 +71,12 @@ impl IntoJs for HashMap<String, Option<DesiredState>> {
     }
 }
 
+impl IntoJs for leaselock::protocol::TableReplication {
+    fn into_js(self) -> Value {
+        json!(self)
+    }
+}
+
 impl IntoJs for OrphanPage {
     fn into_js(self) -> Value {
         json!({ "items": self.items.into_js(), "next": self.next })

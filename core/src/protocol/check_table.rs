@@ -15,7 +15,7 @@ use crate::{Error, TableConfig};
 
 /// What the table is, as far as lease exclusivity goes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum TableReplication {
     /// No replicas: one Region, conditional writes are serialized there.
     SingleRegion,

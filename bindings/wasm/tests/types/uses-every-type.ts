@@ -44,6 +44,7 @@ import type {
   LeaseTableOptions,
   SessionItem,
   SessionLoad,
+  TableReplication,
   TermEnd,
   WorkerOptions,
   WorkerSnapshot,
@@ -57,15 +58,19 @@ const tableOptions: LeaseTableOptions = {
   mode: 'per-item',
   attributeNames,
   orphanShards: 1,
+  allowEventualGlobalTable: false,
 };
 const table = new LeaseTable(tableOptions);
 const sessions = new LeaseTable({ ...tableOptions, mode: 'session' });
 const legacy = new LeaseTable({ ...tableOptions, mode: 'item' });
 const mode: 'per-item' | 'session' = legacy.mode;
 const shards: number = table.orphanShards;
+const optedIn: boolean = table.allowEventualGlobalTable;
 
 async function leases(signal: AbortSignal): Promise<void> {
   const abortable: Abortable = { signal };
+  const replication: TableReplication = await table.checkTable(abortable);
+  const regions: string[] = replication.kind === 'strong' ? replication.regions : [];
   const lease: Lease = await table.acquire('a', { owner: 'w', ...abortable });
   const data: LeaseData = lease.toJSON();
   const state: DesiredState | null = data.desiredState;
