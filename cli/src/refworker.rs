@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use futures::{SinkExt, StreamExt};
 use leaselock::worker::BoxError;
-use leaselock::{Clock, Connection, LeaseStore, SystemClock, Worker};
+use leaselock::{Connection, LeaseStore, Worker};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::upstream::{Ack, FeedMessage};
@@ -72,7 +72,7 @@ fn message_write(
         .expression_attribute_values(":data", AttributeValue::S(msg.data.clone()))
         .expression_attribute_values(":fence", AttributeValue::N(conn.fence().to_string()))
         .expression_attribute_values(":worker", AttributeValue::S(worker_id.to_string()))
-        .expression_attribute_values(":at", AttributeValue::N(SystemClock.now_ms().to_string()))
+        .expression_attribute_values(":at", AttributeValue::N(conn.now_ms().to_string()))
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
         .build()?;
     Ok(TransactWriteItem::builder().update(update).build())

@@ -244,7 +244,10 @@ impl Estimator {
         self.ring[self.next] = taken;
         self.next = (self.next + 1) % WINDOW;
         self.len = (self.len + 1).min(WINDOW);
-        let carried = self.current.map(|c| c.at(taken.at_mono_ms, self.drift_ppm));
+        // Answers of concurrent requests may arrive out of order: both meet at the later time.
+        let at = self.current.map_or(taken.at_mono_ms, |c| c.at_mono_ms.max(taken.at_mono_ms));
+        let taken = taken.at(at, self.drift_ppm);
+        let carried = self.current.map(|c| c.at(at, self.drift_ppm));
         match carried.map(|c| c.intersect(taken)) {
             None => {
                 self.current = Some(taken);
@@ -258,7 +261,7 @@ impl Estimator {
             }
             Some(None) => {
                 self.restarts += 1;
-                let kept = self.restart(taken.at_mono_ms);
+                let kept = self.restart(at);
                 Observed::Restarted { kept }
             }
         }
@@ -355,9 +358,16 @@ pub enum StoreOffset {
 }
 
 /// A [`Clock`] on the store's time: the local monotonic clock, and for the wall clock the
-/// store's clock as estimated from its answers ([`Estimator`]) once the estimate's uncertainty
-/// is within `trust_ms`; until then the local wall clock (moved by the last offset it trusted,
-/// if any). The driver of the store feeds it every answer ([`StoreClock::observe`]).
+/// local one moved by the store's offset as estimated from its answers ([`Estimator`]) once
+/// the estimate's uncertainty is within `trust_ms`; until then the local wall clock (moved by
+/// the last offset it trusted, if any). The driver of the store feeds it every answer
+/// ([`StoreClock::observe`]).
+///
+/// Of the offsets the estimate allows, it applies the one nearest to none that is within
+/// `trust_ms` of the store's time whatever the truth inside the interval: a host whose clock
+/// agrees with the store's as far as measured keeps its own clock exactly, and one whose clock
+/// is off reads the store's time within `trust_ms`. Two hosts on a store's clock within half
+/// the clock skew each thus differ by less than the skew, whatever their own clocks say.
 #[derive(Debug)]
 pub struct StoreClock<C> {
     local: C,
@@ -405,6 +415,13 @@ impl<C: Clock> StoreClock<C> {
         self.state.lock().expect("store clock poisoned").estimator.estimate(wall, mono)
     }
 
+    /// When to send the next request (local monotonic ms) to narrow the estimate fastest
+    /// ([`Estimator::probe_at`]).
+    pub fn probe_at(&self, round_trip_ms: u64) -> u64 {
+        let mono = self.local.monotonic_ms();
+        self.state.lock().expect("store clock poisoned").estimator.probe_at(mono, round_trip_ms)
+    }
+
     /// A copy of the estimator (its counters: wall-clock jumps, restarts).
     pub fn estimator(&self) -> Estimator {
         self.state.lock().expect("store clock poisoned").estimator.clone()
@@ -415,13 +432,14 @@ impl<C: Clock> Clock for StoreClock<C> {
     fn now_ms(&self) -> u64 {
         let (wall, mono) = self.local_now();
         let mut state = self.state.lock().expect("store clock poisoned");
-        match state.estimator.store_time(mono) {
-            Some((store, uncertainty)) if uncertainty <= self.trust_ms => {
-                state.applied_ms = store as i64 - wall as i64;
-                store
-            }
-            _ => wall.saturating_add_signed(state.applied_ms),
+        if let Some((store, uncertainty)) = state.estimator.store_time(mono).filter(|(_, u)| *u <= self.trust_ms) {
+            // The offset nearest to none (the local clock as it is, when it agrees with the
+            // store as far as measured) that stays within `trust_ms` of the store's time.
+            let middle = store as i64 - wall as i64;
+            let leeway = uncertainty.min(self.trust_ms - uncertainty) as i64;
+            state.applied_ms = 0.clamp(middle - leeway, middle + leeway);
         }
+        wall.saturating_add_signed(state.applied_ms)
     }
 
     fn monotonic_ms(&self) -> u64 {
@@ -708,5 +726,31 @@ mod tests {
         let store_now = clock.now_ms() as f64;
         assert!((store_now - world.true_ms).abs() <= 251.0, "{store_now} against {}", world.true_ms);
         assert_eq!(clock.store_offset(), StoreOffset::Measured(e));
+    }
+
+    #[test]
+    fn a_host_whose_clock_agrees_with_the_store_keeps_its_own() {
+        let local = std::sync::Arc::new(ManualClock::new(T0));
+        let clock = StoreClock::new(local.clone(), 500);
+        // The store's clock reads 30 ms behind the host's: within what 2 answers can tell.
+        let mut world = World::new(9, 30.0, 0.0);
+        for n in 0..200 {
+            let sample = world.answer();
+            let (wall, mono) = world.now();
+            local.advance(mono - local.monotonic_ms());
+            local.set_wall(wall);
+            clock.observe(&sample);
+            let e = clock.estimate().unwrap();
+            let applied = clock.now_ms() as i64 - wall as i64;
+            if e.uncertainty_ms <= 500 && e.offset_ms.unsigned_abs() <= e.uncertainty_ms {
+                assert_eq!(applied, 0, "answer {n}: {e:?}");
+            }
+            if e.uncertainty_ms <= 500 {
+                assert!((applied + 30).abs() <= 501, "answer {n}: {applied} with {e:?}");
+            }
+        }
+        let e = clock.estimate().unwrap();
+        assert!(e.uncertainty_ms < 30, "{e:?}");
+        assert!((clock.now_ms() as i64 - local.now_ms() as i64 + 30).abs() <= 2 * e.uncertainty_ms as i64 + 1);
     }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod convert;
 mod errors;
+mod store_clock;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +21,8 @@ use aws_sdk_dynamodb::Client;
 use crate::protocol::{self, Answer, Input, Operation, Output, Request, Step};
 use crate::store::{OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 use crate::{
-    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, SystemClock,
-    TableConfig,
+    Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, Result, Session, SessionItem, SessionLoad, StoreClock,
+    SystemClock, TableConfig,
 };
 use convert::{from_sdk_item, names, to_sdk_item, values, Invalid};
 use errors::answer_of;
@@ -48,6 +49,9 @@ pub struct LeaseTable {
     attempts: Client,
     config: TableConfig,
     clock: Arc<dyn Clock>,
+    /// The store's clock as measured from the table's answers (what `clock` is, unless
+    /// [`LeaseTable::with_clock`] set another).
+    store_clock: Option<Arc<StoreClock<Arc<dyn Clock>>>>,
     sent: Arc<RequestCounts>,
     /// What [`LeaseTable::replication`] found, once (shared by clones).
     replication: Arc<tokio::sync::OnceCell<protocol::TableReplication>>,
@@ -79,17 +83,22 @@ impl RequestCounts {
 
 impl LeaseTable {
     /// A store over `client`; the config is validated first.
+    ///
+    /// Its clock is the store's ([`StoreClock`]): every answer's `Date` header is measured
+    /// against the local clocks, and once the store's time is known within half the clock
+    /// skew, leases are written and claims decided on it rather than on the local wall clock.
     pub fn new(client: Client, config: TableConfig) -> Result<Self> {
         config.validate()?;
-        let attempts = single_attempt_client(&client);
-        Ok(Self {
+        let table = Self {
+            attempts: client.clone(),
             client,
-            attempts,
             config,
             clock: Arc::new(SystemClock),
+            store_clock: None,
             sent: Arc::default(),
             replication: Arc::default(),
-        })
+        };
+        Ok(table.with_store_clock(Arc::new(SystemClock)))
     }
 
     /// A store with the SDK's default configuration (environment, profile; `AWS_ENDPOINT_URL`).
@@ -98,10 +107,33 @@ impl LeaseTable {
         Self::new(Client::new(&sdk), config)
     }
 
-    /// The same table seen through another clock (tests, simulations).
+    /// The same table seen through another clock, as it is (tests, simulations): the store's
+    /// clock is not measured.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.attempts = store_clock::attempts_client(&self.client, None);
         self.clock = clock;
+        self.store_clock = None;
         self
+    }
+
+    /// The same table on the store's clock measured against `local` (what [`LeaseTable::new`]
+    /// does with the system clocks); a clone keeps measuring into the same estimate.
+    pub fn with_store_clock(mut self, local: Arc<dyn Clock>) -> Self {
+        let clock = Arc::new(StoreClock::new(local, self.config.skew_ms() / 2));
+        self.attempts = store_clock::attempts_client(&self.client, Some(clock.clone()));
+        self.clock = clock.clone();
+        self.store_clock = Some(clock);
+        self
+    }
+
+    /// The client the protocol's requests go through and the table's clock.
+    pub(crate) fn requests_client_and_clock(&self) -> (Client, Arc<dyn Clock>) {
+        (self.attempts.clone(), self.clock.clone())
+    }
+
+    /// The store's clock as measured so far (`None` on a table given a clock of its own).
+    pub fn store_clock(&self) -> Option<&StoreClock<Arc<dyn Clock>>> {
+        self.store_clock.as_deref()
     }
 
     /// The client the table was made with (its own retry configuration; the table's requests go

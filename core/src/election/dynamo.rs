@@ -34,10 +34,12 @@ impl DynamoRegistry {
         }
     }
 
-    /// The registry in `table`'s table, under its key prefix.
+    /// The registry in `table`'s table, under its key prefix, on the table's clock (the
+    /// store's, measured from every answer).
     pub fn for_table(table: &LeaseTable) -> Self {
         use crate::LeaseStore;
-        Self::new(table.client().clone(), table.config().clone())
+        let (client, clock) = table.requests_client_and_clock();
+        Self { client, config: table.config().clone(), clock, prune_after: None }
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {

@@ -94,6 +94,13 @@ impl Connection {
         self.held.deadline_mono_ms()
     }
 
+    /// The store's time now (epoch ms): the time to stamp what the handler writes with, so
+    /// that stamps agree across the fleet whatever each host's clock says (see
+    /// [`crate::StoreClock`]).
+    pub fn now_ms(&self) -> u64 {
+        self.store.clock().now_ms()
+    }
+
     /// The token that fires when the handler must stop.
     pub fn token(&self) -> &CancellationToken {
         self.held.cancel.token()

@@ -1,0 +1,82 @@
+//! The table's answers measure the store's clock: an interceptor on the table's client notes
+//! the local clocks when each request is sent and when its answer comes back, and hands the
+//! answer's `Date` (and `Age`) header with them to the table's [`StoreClock`].
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
+use aws_sdk_dynamodb::Client;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::interceptors::{dyn_dispatch_hint, Intercept};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+
+use crate::store_clock::Sample;
+use crate::{Clock, StoreClock};
+
+/// The clock a table measures into.
+pub(crate) type TableClock = Arc<StoreClock<Arc<dyn Clock>>>;
+
+/// `client` set up for the protocol's requests ([`super::single_attempt_client`]), measuring
+/// every answer into `clock` when there is one.
+pub(crate) fn attempts_client(client: &Client, clock: Option<TableClock>) -> Client {
+    let Some(clock) = clock else { return super::single_attempt_client(client) };
+    Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .interceptor(MeasureStoreClock(clock))
+            .build(),
+    )
+}
+
+/// The local clocks (wall, monotonic ms) when the request went out.
+#[derive(Debug, Clone, Copy)]
+struct SentAt(u64, u64);
+
+impl Storable for SentAt {
+    type Storer = StoreReplace<Self>;
+}
+
+/// Feeds each answer to the table's clock.
+#[derive(Debug)]
+struct MeasureStoreClock(TableClock);
+
+#[dyn_dispatch_hint]
+impl Intercept for MeasureStoreClock {
+    fn name(&self) -> &'static str {
+        "MeasureStoreClock"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let (wall, mono) = self.0.local_now();
+        cfg.interceptor_state().store_put(SentAt(wall, mono));
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let received = self.0.local_now();
+        let Some(&SentAt(wall, mono)) = cfg.load::<SentAt>() else { return Ok(()) };
+        let headers = context.response().headers();
+        if let Ok(sample) = Sample::from_answer((wall, mono), received, headers.get("date"), headers.get("age")) {
+            self.0.observe(&sample);
+        }
+        Ok(())
+    }
+}
