@@ -60,6 +60,19 @@ export interface LeaseCoordinatorProps {
   readonly metricsNamespace?: string;
   /** @default Schedule.rate(Duration.minutes(1)) */
   readonly reconcileSchedule?: events.Schedule;
+  /**
+   * Session mode: minutes between the reconciler's sweeps for stranded work (0: never; a multiple
+   * of the schedule's period). A sweep is a consistent Scan of the whole table, about one read
+   * unit per 4 KB of items.
+   * @default 10
+   */
+  readonly sweepIntervalMinutes?: number;
+  /**
+   * Session mode: how long a session must have been dead, beyond the clock skew, before the sweep
+   * counts its work as stranded and hints it.
+   * @default Duration.minutes(1)
+   */
+  readonly sweepGrace?: Duration;
   /** Consecutive one-minute periods with orphans before the orphan alarm fires. @default 5 */
   readonly orphanAlarmPeriods?: number;
   /** @default true */
@@ -179,10 +192,19 @@ export class LeaseCoordinator extends Construct {
       codeDir: props.reconcilerCodeDir ?? path.join(CARGO_LAMBDA_OUTPUT, 'reconciler'),
       description: 'Finds orphaned leases in the sparse index and sends START hints for them.',
       timeout: Duration.seconds(50),
+      environment: {
+        LEASELOCK_SWEEP_INTERVAL_MINUTES: String(props.sweepIntervalMinutes ?? 10),
+        LEASELOCK_SWEEP_GRACE_MS: String((props.sweepGrace ?? Duration.minutes(1)).toMilliseconds()),
+      },
       statements: [
         new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [this.indexArn] }),
         // The cold start's table check (a global table must be MRSC).
         new iam.PolicyStatement({ actions: ['dynamodb:DescribeTable'], resources: [this.table.tableArn] }),
+        // Session mode: a dead session's work, listed in the owner index and read back.
+        new iam.PolicyStatement({ actions: ['dynamodb:Query'], resources: [this.ownerIndexArn] }),
+        // Session mode: the sweep for stranded work reads the table itself (consistent Scans) and
+        // the owners' session items.
+        new iam.PolicyStatement({ actions: ['dynamodb:Scan', 'dynamodb:BatchGetItem'], resources: [this.table.tableArn] }),
         this.sendHintsStatement(),
       ],
     });

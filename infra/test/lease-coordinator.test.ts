@@ -186,8 +186,20 @@ describe('LeaseCoordinator', () => {
         LEASELOCK_METRICS_NAMESPACE: 'fleet',
         // The router's store operations answer well within its 10 s timeout.
         ...(fn === coordinator.router ? { LEASELOCK_OPERATION_BUDGET_MS: '4000' } : {}),
+        // The reconciler's sweep for stranded work (session mode): every 10 minutes, 1 minute of grace.
+        ...(fn === coordinator.reconciler
+          ? { LEASELOCK_SWEEP_INTERVAL_MINUTES: '10', LEASELOCK_SWEEP_GRACE_MS: '60000' }
+          : {}),
       });
     }
+  });
+
+  test('the sweep for stranded work is set by props (0 turns it off)', () => {
+    const { stack, coordinator, template } = synth({ sweepIntervalMinutes: 0, sweepGrace: Duration.minutes(5) });
+    const variables = template.findResources('AWS::Lambda::Function')[logicalId(stack, coordinator.reconciler)]
+      .Properties.Environment.Variables;
+    assert.equal(variables.LEASELOCK_SWEEP_INTERVAL_MINUTES, '0');
+    assert.equal(variables.LEASELOCK_SWEEP_GRACE_MS, '300000');
   });
 
   test('the router may only get and update lease items, describe the table, send hints and consume the command queue', () => {
@@ -208,15 +220,16 @@ describe('LeaseCoordinator', () => {
     ]);
   });
 
-  test('the reconciler may only query the orphan index, describe the table and send hints', () => {
+  test('the reconciler may only query the two indexes, describe, scan and batch-read the table and send hints', () => {
     const { stack, coordinator, template } = synth();
-    const indexArn = {
-      'Fn::Join': ['', [arnOf(stack, coordinator.table), '/index/desired_state-lease_expires_at_ms-index']],
-    };
+    const index = (name: string) => ({ 'Fn::Join': ['', [arnOf(stack, coordinator.table), `/index/${name}`]] });
     assert.deepEqual(statementsOf(template, stack, coordinator.reconciler.role!), [
       logsStatement(stack, coordinator.reconciler),
-      { Action: 'dynamodb:Query', Effect: 'Allow', Resource: indexArn },
+      { Action: 'dynamodb:Query', Effect: 'Allow', Resource: index('desired_state-lease_expires_at_ms-index') },
       { Action: 'dynamodb:DescribeTable', Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
+      // Session mode: a dead session's work (the owner index), the sweep for stranded work.
+      { Action: 'dynamodb:Query', Effect: 'Allow', Resource: index('lease_owner-index') },
+      { Action: ['dynamodb:Scan', 'dynamodb:BatchGetItem'], Effect: 'Allow', Resource: arnOf(stack, coordinator.table) },
       { Action: 'sqs:SendMessage', Effect: 'Allow', Resource: arnOf(stack, coordinator.queue) },
     ]);
   });
