@@ -75,6 +75,12 @@ impl Emf {
         self
     }
 
+    /// One value in milliseconds, which may be negative (an offset between two clocks).
+    pub fn millisecond_value(mut self, name: impl Into<String>, value: i64) -> Self {
+        self.metrics.push((name.into(), Unit::Milliseconds, json!(value)));
+        self
+    }
+
     /// The record as one line of JSON (no trailing newline).
     pub fn to_line(&self, timestamp_ms: u64) -> String {
         let mut root = Map::new();

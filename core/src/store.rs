@@ -66,6 +66,13 @@ pub trait LeaseStore: MaybeSendSync {
         Ok(())
     }
 
+    /// Measures the store's clock until it is known within `within_ms` (a few cheap requests,
+    /// each sent to narrow it most; at most a few seconds), for a process about to claim. A
+    /// store whose clock is the process's own has nothing to measure.
+    async fn measure_clock(&self, within_ms: u64) {
+        let _ = within_ms;
+    }
+
     /// Sets `desired_state = STARTED` and the url; owner, fence and last_seq are untouched.
     async fn start(&self, id: &str, url: &str) -> Result<LeaseItem>;
     /// Sets `desired_state = STOPPED` (and the cleanup TTL). `NotFound` if the id has no item.

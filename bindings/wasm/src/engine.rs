@@ -266,6 +266,7 @@ impl WorkerEngine {
             hints: s.hints,
             hint_wait_ms: s.hint_wait_ms,
             index_lag_ms: s.index_lag_ms,
+            clock_tolerance_ms: None,
         };
         let (engine, logs) =
             logs::capture(|| Engine::new(settings, table.config.clone(), seed as u64, now(wall_ms, mono_ms)));

@@ -525,6 +525,12 @@ impl LeaseStore for LeaseTable {
         self.replication().await.map(drop)
     }
 
+    async fn measure_clock(&self, within_ms: u64) {
+        if let Some(clock) = &self.store_clock {
+            store_clock::measure(&self.attempts, &self.config.table_name, clock, within_ms).await;
+        }
+    }
+
     async fn start(&self, id: &str, url: &str) -> Result<LeaseItem> {
         self.run(protocol::Start::new(&self.config, id, url)?).await
     }

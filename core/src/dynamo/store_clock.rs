@@ -3,6 +3,7 @@
 //! answer's `Date` (and `Age`) header with them to the table's [`StoreClock`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
@@ -78,5 +79,27 @@ impl Intercept for MeasureStoreClock {
             self.0.observe(&sample);
         }
         Ok(())
+    }
+}
+
+/// Probes (DescribeTable: no capacity used) until the store's clock is known within
+/// `within_ms`, each sent to land on the store's second boundary as estimated so far
+/// ([`StoreClock::probe_at`]): each answer about halves the interval, so a few do.
+pub(crate) async fn measure(client: &Client, table: &str, clock: &TableClock, within_ms: u64) {
+    /// Enough to narrow a first answer's second to tens of ms, at about one a second.
+    const MAX_PROBES: usize = 12;
+    let mut round_trip_ms = 10;
+    for _ in 0..MAX_PROBES {
+        if clock.estimate().is_some_and(|e| e.uncertainty_ms <= within_ms) {
+            return;
+        }
+        let wait = clock.probe_at(round_trip_ms).saturating_sub(clock.local().monotonic_ms());
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let sent = clock.local().monotonic_ms();
+        let probe = client.describe_table().table_name(table).send();
+        if tokio::time::timeout(Duration::from_secs(2), probe).await.is_err() {
+            continue;
+        }
+        round_trip_ms = clock.local().monotonic_ms().saturating_sub(sent).clamp(1, 500);
     }
 }

@@ -66,6 +66,10 @@ pub struct Settings {
     /// listing of a dead session's work retires it only when sent this long after its last write.
     #[serde(default = "default_index_lag_ms")]
     pub index_lag_ms: u64,
+    /// Claims wait until the store's clock is known within this ([`Event::StoreClock`]);
+    /// `None`: claims do not wait for it (the clock is the store's own, or the check is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_tolerance_ms: Option<u64>,
 }
 
 fn default_index_lag_ms() -> u64 {
@@ -88,6 +92,7 @@ impl Settings {
             hints: false,
             hint_wait_ms: ms(decide::DEFAULT_HINT_WAIT),
             index_lag_ms: ms(decide::DEFAULT_INDEX_LAG),
+            clock_tolerance_ms: None,
         }
     }
 }
@@ -231,6 +236,12 @@ pub enum Event {
         reason: Option<CancelReason>,
     },
     Shutdown,
+    /// The store's clock as measured now: its offset to the local wall clock and the
+    /// uncertainty of that (the driver sends it when it changes; see [`crate::StoreClock`]).
+    StoreClock {
+        offset_ms: i64,
+        uncertainty_ms: u64,
+    },
 }
 
 /// What the driver does next, from [`Engine::poll_command`].
@@ -297,6 +308,8 @@ pub enum Claim {
     /// Balance: this worker holds its fair share; the work is another's to take.
     AtLimit,
     Stopping,
+    /// The store's clock is not known closely enough to decide a claim.
+    ClockUntrusted,
     Conflict,
     Failed,
 }
@@ -350,6 +363,17 @@ pub struct Metrics {
     pub session_live: bool,
     pub renew_latency_ms: Vec<u64>,
     pub session_renew_latency_ms: Vec<u64>,
+    /// The store's clock as last measured (none yet, or the clock is the store's own).
+    pub clock: Option<ClockReading>,
+}
+
+/// The store's clock as a worker last heard of it ([`Event::StoreClock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClockReading {
+    /// The store's clock minus the local wall clock.
+    pub offset_ms: i64,
+    /// How far the true offset may be from `offset_ms`.
+    pub uncertainty_ms: u64,
 }
 
 impl Metrics {
@@ -377,6 +401,11 @@ impl Metrics {
             .count("Released", delta(|t| t.released))
             .count("HandlerFailures", delta(|t| t.handler_errors + t.handler_panics))
             .milliseconds("RenewLatency", &self.renew_latency_ms);
+        if let Some(clock) = self.clock {
+            emf = emf
+                .millisecond_value("ClockOffsetMs", clock.offset_ms)
+                .millisecond_value("ClockUncertaintyMs", clock.uncertainty_ms as i64);
+        }
         if session_mode {
             emf = emf
                 .count("Sessions", u64::from(self.session_live))
@@ -413,6 +442,13 @@ pub struct WorkerSnapshot {
     /// Session mode with balance: the most this worker may hold after a claim now.
     pub claim_limit: Option<usize>,
     pub stopping: bool,
+    /// The store's clock minus the local wall clock, as last measured (none yet, or the clock
+    /// is the store's own), and the uncertainty of that.
+    pub clock_offset_ms: Option<i64>,
+    pub clock_uncertainty_ms: Option<u64>,
+    /// Why the worker claims nothing now, while it keeps what it holds (the store's clock not
+    /// known within the tolerance).
+    pub claims_paused: Option<String>,
 }
 
 /// Renewal latencies kept between two metrics lines (about 700 leases x 12 renewals a minute).
@@ -654,6 +690,8 @@ pub struct Engine {
     /// Our own earlier epochs' work is listed again at each poll until then (monotonic ms): the
     /// index may not list all of it yet when the session opens.
     reclaim_own_until_mono_ms: u64,
+    /// The store's clock as last measured ([`Event::StoreClock`]).
+    clock: Option<ClockReading>,
 }
 
 impl Engine {
@@ -703,7 +741,11 @@ impl Engine {
             dirty: BTreeSet::new(),
             ended_seen: HashMap::new(),
             reclaim_own_until_mono_ms: 0,
+            clock: None,
         };
+        if let Some(tolerance_ms) = engine.settings.clock_tolerance_ms {
+            info!(tolerance_ms, "claims wait until the store's clock is known within the tolerance");
+        }
         let phase = desired_state_phase_ms(engine.settings.desired_state_interval_ms, engine.unit());
         engine.desired_at_mono_ms = now.mono_ms + phase;
         engine.advance();
@@ -744,6 +786,9 @@ impl Engine {
             Event::Hints { received } => self.hints_received(received),
             Event::HandlerEnded { id, end, reason } => self.handler_ended(&id, end, reason),
             Event::Shutdown => self.shutdown(),
+            Event::StoreClock { offset_ms, uncertainty_ms } => {
+                self.store_clock_measured(ClockReading { offset_ms, uncertainty_ms })
+            }
         }
         self.advance();
     }
@@ -1006,6 +1051,41 @@ impl Engine {
         }
     }
 
+    // ---- the store's clock ----
+
+    /// Why claims wait now, if they do: rule 1 compares expiries with this worker's clock, so
+    /// it claims only on a clock known to be the store's within the tolerance.
+    fn claims_paused(&self) -> Option<String> {
+        let tolerance = self.settings.clock_tolerance_ms?;
+        match self.clock {
+            None => Some("the store's clock is not measured yet".to_string()),
+            Some(c) if c.uncertainty_ms > tolerance => Some(format!(
+                "the store's clock is known within {} ms, not within the tolerance of {tolerance} ms",
+                c.uncertainty_ms
+            )),
+            Some(_) => None,
+        }
+    }
+
+    fn store_clock_measured(&mut self, reading: ClockReading) {
+        let (was_paused, before) = (self.claims_paused(), self.clock.replace(reading));
+        let (offset_ms, uncertainty_ms) = (reading.offset_ms, reading.uncertainty_ms);
+        match (was_paused, self.claims_paused()) {
+            (Some(_), None) => info!(offset_ms, uncertainty_ms, "the store's clock is measured: claims resume"),
+            (None, Some(why)) => warn!(offset_ms, uncertainty_ms, "claims wait: {why}"),
+            _ => {}
+        }
+        // A large offset is reported (and alarmed on), not acted on: leases run on the store's clock.
+        let large = |c: Option<ClockReading>| c.is_some_and(|c| c.offset_ms.unsigned_abs() > self.config.skew_ms() / 2);
+        if large(Some(reading)) && !large(before) {
+            warn!(
+                offset_ms,
+                uncertainty_ms,
+                "this host's clock is off the store's by more than half the clock skew; leases run on the store's"
+            );
+        }
+    }
+
     // ---- claims ----
 
     /// Starts a claim of `id` if it may: capacity, not ours already, within the claim limit.
@@ -1018,6 +1098,9 @@ impl Engine {
         }
         if self.tracked.contains_key(id) {
             return Err(Claim::AlreadyOurs);
+        }
+        if self.claims_paused().is_some() {
+            return Err(Claim::ClockUntrusted);
         }
         let limited = self.balanced() && !matches!(source, Source::ReclaimOwn | Source::Stranded);
         if limited && self.tracked.len() >= self.claim_limit {
@@ -1791,7 +1874,8 @@ impl Engine {
         for (m, outcome) in batch.messages.into_iter().zip(batch.outcomes) {
             match outcome {
                 Some(Claim::NoCapacity | Claim::Stopping) => give_back.push(m.receipt),
-                Some(Claim::AtLimit) => defer.push(m.receipt),
+                // Another worker may take it meanwhile; the orphan index finds it otherwise.
+                Some(Claim::AtLimit | Claim::ClockUntrusted) => defer.push(m.receipt),
                 _ => delete.push(m.receipt),
             }
         }
@@ -2080,6 +2164,7 @@ impl Engine {
             session_live: self.live_session().is_some(),
             renew_latency_ms: std::mem::take(&mut self.renew_latency_ms),
             session_renew_latency_ms: std::mem::take(&mut self.session_renew_latency_ms),
+            clock: self.clock,
         }
     }
 
@@ -2107,6 +2192,9 @@ impl Engine {
             handed_over: c.handed_over,
             claim_limit: self.balanced().then_some(self.claim_limit),
             stopping: self.stopping,
+            clock_offset_ms: self.clock.map(|c| c.offset_ms),
+            clock_uncertainty_ms: self.clock.map(|c| c.uncertainty_ms),
+            claims_paused: self.claims_paused(),
         }
     }
 }

@@ -193,6 +193,11 @@ impl Sim {
         self.deliver(worker, Event::Shutdown);
     }
 
+    /// The worker's driver measured the store's clock.
+    pub fn measure_store_clock(&mut self, worker: usize, offset_ms: i64, uncertainty_ms: u64) {
+        self.deliver(worker, Event::StoreClock { offset_ms, uncertainty_ms });
+    }
+
     /// Puts a hint for `id` on the queue.
     pub fn send_hint(&mut self, id: &str) {
         self.hints_push(crate::Hint::new(id).to_json());

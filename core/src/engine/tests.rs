@@ -662,3 +662,105 @@ fn per_item_work_is_held_again_under_a_lagging_index_within_lease_skew_lag_and_a
     assert!(ids.iter().all(|id| sim.running_on(id).len() <= 1));
     eprintln!("per-item, indexes 8 s behind: the crashed worker's {} held again after {took} ms", lost.len());
 }
+
+// ---- the store's clock ----
+
+/// A worker whose claims wait until the store's clock is known within 500 ms.
+fn on_the_store_clock(id: &str, max: usize) -> Settings {
+    Settings { clock_tolerance_ms: Some(500), ..settings(id, max) }
+}
+
+/// Rule 1 compares expiries with the worker's clock: it claims nothing until its driver has
+/// measured the store's clock within the tolerance, keeps (and renews) what it holds while the
+/// measurement is too loose, and says why in its snapshot; a large offset does not stop it.
+#[test]
+fn claims_wait_for_the_store_clock_and_held_work_is_kept_meanwhile() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    let ids = start_work(&sim, 4);
+    let w = sim.spawn(on_the_store_clock("a", 10), 3);
+    sim.run_until(10_000);
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!((sim.running(w), snap.acquired), (0, 0), "nothing claimed before the clock is measured");
+    assert!(snap.orphan_polls >= 4, "it polls meanwhile (its reads measure the clock)");
+    assert_eq!(snap.claims_paused.as_deref(), Some("the store's clock is not measured yet"));
+    assert_eq!((snap.clock_offset_ms, snap.clock_uncertainty_ms), (None, None));
+
+    sim.measure_store_clock(w, 3_000, 800);
+    sim.run_until(15_000);
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!(sim.running(w), 0, "800 ms is not within 500 ms");
+    assert!(snap.claims_paused.as_deref().is_some_and(|why| why.contains("800 ms")), "{:?}", snap.claims_paused);
+
+    // Measured closely, 3 s off: it claims (the offset is reported, not acted on).
+    sim.measure_store_clock(w, 3_000, 40);
+    assert!(sim.run_while(20_000, 10, |s| s.running(w) == 4), "claims once measured");
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!((snap.clock_offset_ms, snap.clock_uncertainty_ms, snap.claims_paused), (Some(3_000), Some(40), None));
+
+    // The measurement widens again (the window restarted): held work is kept and renewed on
+    // the monotonic clock, new work waits.
+    sim.measure_store_clock(w, 3_000, 900);
+    let renewals = sim.ops.get("renew").copied().unwrap_or(0);
+    let more = (4..6).map(|i| format!("s{i:03}")).collect::<Vec<_>>();
+    for id in &more {
+        block_on(sim.store.start(id, "wss://feed.example")).unwrap();
+    }
+    sim.run_until(60_000);
+    let snap = sim.nodes[w].engine.snapshot();
+    assert_eq!((snap.held, snap.leases_lost), (ids.clone(), 0), "kept, none of the new work claimed");
+    assert!(sim.ops["renew"] >= renewals + 4 * 7, "renewed meanwhile: {} -> {}", renewals, sim.ops["renew"]);
+    assert!(sim.cancels(CancelReason::Deadline).is_empty());
+    for id in &more {
+        assert_eq!(sim.holder_of(id), None, "{id}");
+    }
+    sim.measure_store_clock(w, 3_000, 30);
+    assert!(sim.run_while(70_000, 10, |s| s.running(w) == 6), "claims again");
+}
+
+/// The metrics line of every driver carries the store's clock once measured.
+#[test]
+fn the_metrics_line_carries_the_store_clocks_offset_and_uncertainty() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    let w = sim.spawn(on_the_store_clock("a", 10), 3);
+    let line = |sim: &mut Sim| {
+        let m = sim.nodes[w].engine.take_metrics();
+        let line = m.emf_line("leaselock", "a", &Totals::default(), false, START);
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    let before = line(&mut sim);
+    assert!(before.get("ClockOffsetMs").is_none(), "not measured yet: {before}");
+    sim.measure_store_clock(w, -2_137, 12);
+    let after = line(&mut sim);
+    assert_eq!((after["ClockOffsetMs"].as_i64(), after["ClockUncertaintyMs"].as_i64()), (Some(-2_137), Some(12)));
+    let names: Vec<&str> = after["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["Name"].as_str())
+        .collect();
+    assert!(names.contains(&"ClockOffsetMs") && names.contains(&"ClockUncertaintyMs"), "{names:?}");
+}
+
+/// A hint that comes while claims wait for the store's clock is deferred (another worker may
+/// take it meanwhile), not deleted, not given back at once to go round the fleet.
+#[test]
+fn a_hint_received_while_claims_wait_for_the_clock_is_deferred() {
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    let w = sim.spawn(Settings { hints: true, orphan_interval_ms: 60_000, ..on_the_store_clock("a", 10) }, 4);
+    sim.run_until(2_000);
+    let ids = start_work(&sim, 1);
+    sim.send_hint(&ids[0]);
+    sim.run_until(5_000);
+    let deferred: Vec<String> = sim
+        .log
+        .iter()
+        .flat_map(|e| match &e.command {
+            Command::SettleHints { defer, delete, give_back, .. } => {
+                assert!(delete.is_empty() && give_back.is_empty(), "{:?}", e.command);
+                defer.clone()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!((deferred.len(), sim.running(w), sim.hints_waiting()), (1, 0, 1));
+}

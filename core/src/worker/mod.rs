@@ -59,7 +59,7 @@ pub use decide::{
 
 use crate::config::{validate_duration, validate_id, validate_queue_url, validate_text};
 use crate::engine::{self, Answer, Command, Engine, Event, HandlerEnd, Now, Op};
-use crate::{hold, Error, Lease, LeaseMode, LeaseStore, Result};
+use crate::{hold, Error, Lease, LeaseMode, LeaseStore, Result, StoreOffset};
 use connection::Held;
 use report::Reporter;
 
@@ -88,6 +88,9 @@ pub(crate) struct Settings {
     /// Session mode: claim at most a fair share of the fleet's work, hand the excess over.
     pub(crate) balance: bool,
     pub(crate) index_lag: Duration,
+    /// Claims wait until the store's clock is known within this (`None`: half the clock skew).
+    pub(crate) clock_tolerance: Option<Duration>,
+    pub(crate) wait_for_store_clock: bool,
 }
 
 /// Builds a [`Worker`]; every knob has the design's default.
@@ -171,6 +174,24 @@ impl WorkerBuilder {
         self
     }
 
+    /// Claims wait until the store's clock is known within this (default: half the table's
+    /// clock skew). Rule 1 compares expiries with this worker's clock: claimed on the store's
+    /// clock known within half the skew, two workers' clocks differ by less than the skew
+    /// whatever their hosts' clocks say. Until then the worker keeps what it holds (its
+    /// deadlines run on the monotonic clock) and says why in its log and snapshot.
+    pub fn clock_tolerance(mut self, d: Duration) -> Self {
+        self.settings.clock_tolerance = Some(d);
+        self
+    }
+
+    /// Whether claims wait for the store's clock (default on; see
+    /// [`WorkerBuilder::clock_tolerance`]). Off, a worker claims on its own clock until the
+    /// store's is known; the offset is measured and reported either way.
+    pub fn wait_for_store_clock(mut self, on: bool) -> Self {
+        self.settings.wait_for_store_clock = on;
+        self
+    }
+
     /// Receive START hints from this SQS queue (long poll, [`DEFAULT_HINT_WAIT`]).
     pub fn hint_queue(mut self, client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         self.hints = Some(HintQueue { client, queue_url: queue_url.into(), wait: DEFAULT_HINT_WAIT });
@@ -214,6 +235,12 @@ impl WorkerBuilder {
                 return invalid(field, "must be greater than zero".into());
             }
         }
+        if let Some(d) = s.clock_tolerance {
+            validate_duration("clock_tolerance", d)?;
+            if d.is_zero() {
+                return invalid("clock_tolerance", "must be greater than zero".into());
+            }
+        }
         if self.hint_wait > MAX_HINT_WAIT {
             return invalid("hint_wait", format!("{} ms is too long: at most 20000 ms", self.hint_wait.as_millis()));
         }
@@ -245,6 +272,9 @@ impl WorkerBuilder {
             hints: self.hints.is_some(),
             hint_wait_ms: self.hint_wait.as_millis() as u64,
             index_lag_ms: s.index_lag.as_millis() as u64,
+            clock_tolerance_ms: s
+                .wait_for_store_clock
+                .then(|| s.clock_tolerance.map_or(store.config().skew_ms() / 2, |d| d.as_millis() as u64)),
         };
         let engine = Engine::new(settings, store.config().clone(), rand::random(), now);
         let shared = Arc::new(Shared {
@@ -356,6 +386,8 @@ impl Worker {
                 handler_grace: DEFAULT_HANDLER_GRACE,
                 balance: true,
                 index_lag: DEFAULT_INDEX_LAG,
+                clock_tolerance: None,
+                wait_for_store_clock: true,
             },
             hints: None,
             hint_wait: DEFAULT_HINT_WAIT,
@@ -424,6 +456,7 @@ impl Worker {
             effects: FuturesUnordered::new(),
             stopping: CancellationToken::new(),
             finished: false,
+            clock_told: None,
         };
         loop {
             driver.run_commands();
@@ -454,6 +487,9 @@ impl Worker {
                     events.push(ready);
                 }
             }
+            if let Some(measured) = driver.store_clock_changed() {
+                events.insert(0, measured);
+            }
             let now = driver.now();
             let mut engine = shared.engine();
             if events.is_empty() {
@@ -473,8 +509,9 @@ impl Worker {
     }
 }
 
-/// The store's table check at the start of a run (see [`Worker::run_until`]): `true` once it
-/// passed, `false` on a refusal or a shutdown before it could pass.
+/// The store's table check at the start of a run (see [`Worker::run_until`]), then a few
+/// requests to measure the store's clock when claims wait for it: `true` once done, `false` on
+/// a refusal or a shutdown before.
 async fn table_checked(
     store: &dyn LeaseStore,
     shared: &Shared,
@@ -487,7 +524,7 @@ async fn table_checked(
             () = &mut shutdown => return false,
             () = shared.shutdown.cancelled() => return false,
             checked = store.check_table() => match checked {
-                Ok(()) => return true,
+                Ok(()) => break,
                 Err(e) => e,
             },
         };
@@ -505,6 +542,17 @@ async fn table_checked(
             () = tokio::time::sleep(Duration::from_millis(delay)) => {}
         }
     }
+    // The store's clock measured before the first claim (the engine asks for it).
+    let tolerance = shared.engine().settings().clock_tolerance_ms;
+    if let Some(tolerance) = tolerance {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => return false,
+            () = shared.shutdown.cancelled() => return false,
+            () = store.measure_clock(tolerance) => {}
+        }
+    }
+    true
 }
 
 /// A claim of work listed under a dead session: its op, the listing, the claimant's session.
@@ -536,9 +584,28 @@ struct Driver {
     /// not yet sent is not sent (it answers empty at once).
     stopping: CancellationToken,
     finished: bool,
+    /// The store's clock as last told to the engine.
+    clock_told: Option<engine::ClockReading>,
 }
 
 impl Driver {
+    /// The store's clock, when it changed since the engine was last told (a store that is its
+    /// own clock reads exactly, offset 0).
+    fn store_clock_changed(&mut self) -> Option<Event> {
+        let reading = match self.store.clock().store_offset() {
+            StoreOffset::Exact => engine::ClockReading { offset_ms: 0, uncertainty_ms: 0 },
+            StoreOffset::Unknown => return None,
+            StoreOffset::Measured(e) => {
+                engine::ClockReading { offset_ms: e.offset_ms, uncertainty_ms: e.uncertainty_ms }
+            }
+        };
+        if self.clock_told == Some(reading) {
+            return None;
+        }
+        self.clock_told = Some(reading);
+        Some(Event::StoreClock { offset_ms: reading.offset_ms, uncertainty_ms: reading.uncertainty_ms })
+    }
+
     fn now(&self) -> Now {
         let clock = self.store.clock();
         Now { wall_ms: clock.now_ms(), mono_ms: clock.monotonic_ms() }
@@ -848,6 +915,8 @@ mod tests {
         assert_eq!(field(Worker::builder(store()).metrics_interval(huge)), "metrics_interval");
         assert_eq!(field(Worker::builder(store()).handler_grace(huge)), "handler_grace");
         assert_eq!(field(Worker::builder(store()).hint_wait(huge)), "hint_wait");
+        assert_eq!(field(Worker::builder(store()).clock_tolerance(Duration::ZERO)), "clock_tolerance");
+        assert_eq!(field(Worker::builder(store()).clock_tolerance(huge)), "clock_tolerance");
         assert_eq!(field(Worker::builder(store()).metrics_namespace("a\nb")), "metrics_namespace");
         let sdk =
             aws_sdk_sqs::Config::builder().behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest()).build();
@@ -865,5 +934,30 @@ mod tests {
         let w = build(Worker::builder(store())).unwrap();
         assert!(w.worker_id().contains(&std::process::id().to_string()));
         assert_eq!(w.handle().snapshot().max_connections, DEFAULT_MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn claims_wait_for_the_store_clock_within_half_the_skew_unless_told_otherwise() {
+        let tolerance = |b: WorkerBuilder| build(b).unwrap().shared.engine().settings().clock_tolerance_ms;
+        assert_eq!(tolerance(Worker::builder(store())), Some(500));
+        assert_eq!(tolerance(Worker::builder(store()).clock_tolerance(Duration::from_millis(80))), Some(80));
+        assert_eq!(tolerance(Worker::builder(store()).wait_for_store_clock(false)), None);
+    }
+
+    /// A store whose clock is the process's own (memory) reads exactly: claims do not wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_on_a_store_of_its_own_clock_reports_offset_zero_and_claims() {
+        let clock = Arc::new(TokioClock::new(1_700_000_000_000));
+        let memory = MemoryStore::new(TableConfig::default(), clock).unwrap();
+        memory.start("s1", "wss://feed.example").await.unwrap();
+        let w = build(Worker::builder(Arc::new(memory)).orphan_interval(Duration::from_millis(100))).unwrap();
+        let handle = w.handle();
+        let (_, task) = w.spawn();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let snap = handle.snapshot();
+        assert_eq!((snap.clock_offset_ms, snap.clock_uncertainty_ms, &snap.claims_paused), (Some(0), Some(0), &None));
+        assert!(snap.acquired >= 1, "{snap:?}");
+        handle.shutdown();
+        task.await.unwrap();
     }
 }
