@@ -196,6 +196,7 @@ const WORKER_NAMES: &[(&str, &str)] = &[
     ("metrics_interval", "metrics_interval_ms"),
     ("handler_grace", "handler_grace_ms"),
     ("hint_wait", "hint_wait_ms"),
+    ("index_lag", "index_lag_ms"),
 ];
 
 /// A lease worker driven by core's runtime.
@@ -212,7 +213,7 @@ impl PyWorker {
     #[pyo3(signature = (table, *, queue_url=Arg::Absent, max_connections=Arg::Int(700), worker_id=Arg::Absent,
         orphan_interval_ms=Arg::Int(2_000), desired_state_interval_ms=Arg::Int(10_000),
         metrics_interval_ms=Arg::Int(60_000), handler_grace_ms=Arg::Int(5_000), hint_wait_ms=Arg::Int(5_000),
-        metrics_namespace=Arg::Absent, balance=Arg::Bool(true)))]
+        index_lag_ms=Arg::Int(10_000), metrics_namespace=Arg::Absent, balance=Arg::Bool(true)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -225,6 +226,7 @@ impl PyWorker {
         metrics_interval_ms: Arg,
         handler_grace_ms: Arg,
         hint_wait_ms: Arg,
+        index_lag_ms: Arg,
         metrics_namespace: Arg,
         balance: Arg,
     ) -> PyResult<Self> {
@@ -241,6 +243,7 @@ impl PyWorker {
                 .metrics_interval(metrics_interval_ms.ms(py, "metrics_interval_ms")?)
                 .handler_grace(handler_grace_ms.ms(py, "handler_grace_ms")?)
                 .hint_wait(hint_wait_ms.ms(py, "hint_wait_ms")?)
+                .index_lag(index_lag_ms.ms(py, "index_lag_ms")?)
                 .balance(balance.flag(py, "balance")?);
             if let Some(id) = worker_id.opt_text(py, "worker_id")? {
                 builder = builder.worker_id(id);

@@ -268,6 +268,7 @@ class Worker:
         metrics_interval_ms: int = ...,
         handler_grace_ms: int = ...,
         hint_wait_ms: int = ...,
+        index_lag_ms: int = ...,
         metrics_namespace: Optional[str] = ...,
         balance: bool = ...,
     ) -> Worker: ...

@@ -145,7 +145,9 @@ class Worker:
     of START hints (optional: the orphan index finds work without it). Timing knobs are in
     milliseconds with the design's defaults. On a session-mode table the worker balances the
     fleet's work (claims up to its fair share, hands the excess over; ``conn.cancel_reason``
-    is then ``"HandOver"``) unless ``balance=False``. Bad settings raise :class:`InvalidInput`.
+    is then ``"HandOver"``) unless ``balance=False``; ``index_lag_ms`` is how far behind the
+    table its owner index may be (a dead session's empty listing is trusted only when sent that
+    long after its last write). Bad settings raise :class:`InvalidInput`.
     :meth:`serve` checks the table first (:meth:`LeaseTable.check_table`): a global table in
     multi-Region eventual consistency raises :class:`InvalidInput` before anything is claimed.
     """
@@ -162,6 +164,7 @@ class Worker:
         metrics_interval_ms: int = 60_000,
         handler_grace_ms: int = 5_000,
         hint_wait_ms: int = 5_000,
+        index_lag_ms: int = 10_000,
         metrics_namespace: Optional[str] = None,
         balance: bool = True,
     ) -> None:
@@ -175,6 +178,7 @@ class Worker:
             metrics_interval_ms=metrics_interval_ms,
             handler_grace_ms=handler_grace_ms,
             hint_wait_ms=hint_wait_ms,
+            index_lag_ms=index_lag_ms,
             metrics_namespace=metrics_namespace,
             balance=balance,
         )
