@@ -2,6 +2,7 @@
 //! the local demo.
 
 mod balance;
+mod clock;
 mod demo;
 mod failover;
 mod leader;
@@ -118,6 +119,9 @@ enum Command {
         #[arg(long, default_value_t = 1_000)]
         interval_ms: u64,
     },
+    /// This host's clock against the store's, measured from a dozen answers (exit 1 when
+    /// off by more than half the clock skew).
+    Clock(clock::ClockArgs),
     /// Run the reference worker: own leased streams, write every message with a fenced write.
     Worker(refworker::WorkerArgs),
     /// Run a local WebSocket feed: one sequenced stream per path, resumable with ?from=SEQ.
@@ -193,9 +197,12 @@ fn main() -> ExitCode {
         | Command::BalanceDemo(_)
         | Command::RunIfLeader(_)
         | Command::BenchFailover(_) => "warn",
-        Command::Table(_) | Command::Start { .. } | Command::Stop { .. } | Command::Ls(_) | Command::Status { .. } => {
-            "error"
-        }
+        Command::Table(_)
+        | Command::Start { .. }
+        | Command::Stop { .. }
+        | Command::Ls(_)
+        | Command::Status { .. }
+        | Command::Clock(_) => "error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},{QUIET_SDK}")));
@@ -226,6 +233,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Stop { id } => ops::stop(&args, &id).await,
         Command::Ls(ls) => ops::ls(&args, &ls).await,
         Command::Status { watch, interval_ms } => ops::status(&args, watch, Duration::from_millis(interval_ms)).await,
+        Command::Clock(c) => clock::run(&args, &c).await,
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,

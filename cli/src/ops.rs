@@ -383,11 +383,15 @@ pub async fn status(args: &TableArgs, watch: bool, interval: Duration) -> CliRes
     let table = connect(args).await?;
     loop {
         let items = table.items().await?;
-        let now = SystemClock.now_ms();
+        // Expiries are on the store's clock: measured closely enough to read them on it.
+        table.measure_clock(args.skew_ms / 2).await;
+        let now = table.clock().now_ms();
         let mut text = render_status(&summarize(&items, now, table.config()), &args.table_name);
         if table.config().mode == leaselock::LeaseMode::Session {
             text.push_str(&render_sessions(&table.sessions(u64::MAX).await?, &items, now, table.config()));
         }
+        text.push_str(&crate::clock::describe(table.store_clock().and_then(|c| c.estimate())));
+        text.push('\n');
         if watch {
             // Clear the screen and home the cursor between refreshes.
             print!("\x1b[2J\x1b[H{text}");

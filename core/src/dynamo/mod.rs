@@ -131,6 +131,16 @@ impl LeaseTable {
         (self.attempts.clone(), self.clock.clone())
     }
 
+    /// Sends one request (a DescribeTable, which uses no capacity) at the moment its answer
+    /// narrows the store's clock most ([`StoreClock::probe_at`]; `round_trip_ms`: about what a
+    /// request takes), and returns its round trip; `None` when no answer came in time or the
+    /// table does not measure the store's clock. About eight such probes know the clock within
+    /// the round trip.
+    pub async fn probe_clock(&self, round_trip_ms: u64) -> Option<u64> {
+        let clock = self.store_clock.as_ref()?;
+        store_clock::probe(&self.attempts, &self.config.table_name, clock, round_trip_ms).await
+    }
+
     /// The store's clock as measured so far (`None` on a table given a clock of its own).
     pub fn store_clock(&self) -> Option<&StoreClock<Arc<dyn Clock>>> {
         self.store_clock.as_deref()

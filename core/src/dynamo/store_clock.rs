@@ -83,23 +83,29 @@ impl Intercept for MeasureStoreClock {
 }
 
 /// Probes (DescribeTable: no capacity used) until the store's clock is known within
-/// `within_ms`, each sent to land on the store's second boundary as estimated so far
-/// ([`StoreClock::probe_at`]): each answer about halves the interval, so a few do.
+/// `within_ms`, at most [`MAX_PROBES`].
 pub(crate) async fn measure(client: &Client, table: &str, clock: &TableClock, within_ms: u64) {
-    /// Enough to narrow a first answer's second to tens of ms, at about one a second.
-    const MAX_PROBES: usize = 12;
     let mut round_trip_ms = 10;
     for _ in 0..MAX_PROBES {
         if clock.estimate().is_some_and(|e| e.uncertainty_ms <= within_ms) {
             return;
         }
-        let wait = clock.probe_at(round_trip_ms).saturating_sub(clock.local().monotonic_ms());
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        let sent = clock.local().monotonic_ms();
-        let probe = client.describe_table().table_name(table).send();
-        if tokio::time::timeout(Duration::from_secs(2), probe).await.is_err() {
-            continue;
-        }
-        round_trip_ms = clock.local().monotonic_ms().saturating_sub(sent).clamp(1, 500);
+        round_trip_ms = probe(client, table, clock, round_trip_ms).await.unwrap_or(round_trip_ms);
     }
+}
+
+/// Enough to narrow a first answer's second to tens of ms, at about one a second.
+pub(crate) const MAX_PROBES: usize = 12;
+
+/// One probe, sent to land on the store's second boundary as estimated so far
+/// ([`StoreClock::probe_at`]): whichever second its answer names about halves the interval.
+/// Returns its round trip (ms), or `None` when no answer came in time.
+pub(crate) async fn probe(client: &Client, table: &str, clock: &TableClock, round_trip_ms: u64) -> Option<u64> {
+    let wait = clock.probe_at(round_trip_ms).saturating_sub(clock.local().monotonic_ms());
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let sent = clock.local().monotonic_ms();
+    let probe = client.describe_table().table_name(table).send();
+    // A refusal measures as well as a success: any answer has its Date.
+    let _answer = tokio::time::timeout(Duration::from_secs(2), probe).await.ok()?;
+    Some(clock.local().monotonic_ms().saturating_sub(sent).clamp(1, 500))
 }
