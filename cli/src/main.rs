@@ -8,6 +8,7 @@ mod failover;
 mod leader;
 mod ops;
 mod refworker;
+mod sweep;
 mod upstream;
 
 use std::process::ExitCode;
@@ -122,6 +123,9 @@ enum Command {
     /// This host's clock against the store's, measured from a dozen answers (exit 1 when
     /// off by more than half the clock skew).
     Clock(clock::ClockArgs),
+    /// Session mode: find stranded work (held under a session that is gone, of another epoch or
+    /// dead beyond the grace) with a consistent read of the whole table, and hint it.
+    Sweep(sweep::SweepArgs),
     /// Run the reference worker: own leased streams, write every message with a fenced write.
     Worker(refworker::WorkerArgs),
     /// Run a local WebSocket feed: one sequenced stream per path, resumable with ?from=SEQ.
@@ -202,7 +206,8 @@ fn main() -> ExitCode {
         | Command::Stop { .. }
         | Command::Ls(_)
         | Command::Status { .. }
-        | Command::Clock(_) => "error",
+        | Command::Clock(_)
+        | Command::Sweep(_) => "error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASELOCK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},{QUIET_SDK}")));
@@ -234,6 +239,7 @@ async fn run(cli: Cli) -> CliResult {
         Command::Ls(ls) => ops::ls(&args, &ls).await,
         Command::Status { watch, interval_ms } => ops::status(&args, watch, Duration::from_millis(interval_ms)).await,
         Command::Clock(c) => clock::run(&args, &c).await,
+        Command::Sweep(s) => sweep::run(&args, &s).await,
         Command::Worker(w) => refworker::run(&args, w).await,
         Command::Upstream(u) => upstream::run(u).await,
         Command::Demo(d) => demo::run(&args, d).await,

@@ -153,7 +153,7 @@ pub async fn table_describe(args: &TableArgs) -> CliResult {
 
 /// Fails unless the hint queue exists (GetQueueAttributes), so `start` writes nothing when its
 /// hint could not be sent.
-async fn check_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> CliResult {
+pub async fn check_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> CliResult {
     let checked = sqs
         .get_queue_attributes()
         .queue_url(queue_url)
