@@ -170,7 +170,7 @@ class Deployment:
 
     def alarms(self):
         keys = ["AlarmDescription", "Namespace", "MetricName", "Dimensions", "Statistic", "Period", "EvaluationPeriods",
-                "Threshold", "ComparisonOperator", "TreatMissingData"]
+                "Threshold", "ComparisonOperator", "TreatMissingData", "Metrics"]
         alarms = [{key: p.get(key) for key in keys} for p in self.norm(list(self.of_type("AWS::CloudWatch::Alarm").values()))]
         return sorted(alarms, key=json.dumps)
 

@@ -31,6 +31,9 @@ const ROUTER_TIMEOUT = Duration.seconds(10);
  */
 const ROUTER_OPERATION_BUDGET = Duration.seconds(4);
 
+/** Consecutive one-minute periods with a worker's clock off the store's before the alarm fires. */
+const CLOCK_ALARM_PERIODS = 3;
+
 /** Consecutive one-minute periods whose reconciler runs were all cut short before the alarm fires. */
 const INCOMPLETE_ALARM_PERIODS = 3;
 
@@ -253,7 +256,11 @@ export class LeaseCoordinator extends Construct {
       targets: [new targets.LambdaFunction(this.reconciler, { retryAttempts: 0 })],
     });
 
-    this.addAlarms(props.orphanAlarmPeriods ?? 5, props.alarmTopic);
+    this.addAlarms(
+      props.orphanAlarmPeriods ?? 5,
+      (props.clockSkew ?? Duration.seconds(1)).toMilliseconds(),
+      props.alarmTopic,
+    );
     this.addDashboard();
 
     new CfnOutput(this, 'TableName', {
@@ -329,7 +336,7 @@ export class LeaseCoordinator extends Construct {
     });
   }
 
-  private addAlarms(orphanAlarmPeriods: number, topic: sns.ITopic | undefined): void {
+  private addAlarms(orphanAlarmPeriods: number, clockSkewMs: number, topic: sns.ITopic | undefined): void {
     // Any message in a dead-letter queue.
     const deadLetterAlarm = (queue: sqs.Queue, id: string, alarmDescription: string) =>
       queue
@@ -375,6 +382,27 @@ export class LeaseCoordinator extends Construct {
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
         },
       ),
+      // A worker's clock against the store's, either way (ClockOffsetMs is signed), doubled so
+      // that the threshold is the skew itself: the SAM template cannot halve a parameter.
+      new cloudwatch.MathExpression({
+        expression: '2 * MAX([ABS(ahead), ABS(behind)])',
+        label: 'Twice the largest clock offset of a worker to the store (ms)',
+        usingMetrics: {
+          ahead: leaseMetric(this.metricsNamespace, 'worker', 'ClockOffsetMs', 'Maximum'),
+          behind: leaseMetric(this.metricsNamespace, 'worker', 'ClockOffsetMs', 'Minimum'),
+        },
+        period: Duration.minutes(1),
+      }).createAlarm(this, 'ClockOffsetAlarm', {
+        alarmDescription:
+          `A worker's clock has been off the store's by more than half the clock skew for ${CLOCK_ALARM_PERIODS} ` +
+          'minutes (ClockOffsetMs in its metrics, measured from DynamoDB\'s Date header). Its leases run on the ' +
+          "store's clock, so they stay exclusive; fix the host's time synchronisation (leaselock clock on the " +
+          'host measures it).',
+        threshold: clockSkewMs,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: CLOCK_ALARM_PERIODS,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
     ];
     if (topic) {
       alarms.forEach((alarm) => alarm.addAlarmAction(new cloudwatchActions.SnsAction(topic)));

@@ -301,12 +301,45 @@ describe('LeaseCoordinator', () => {
     });
   });
 
+  test("an alarm fires when a worker's clock is off the store's by more than half the skew, either way", () => {
+    const clockAlarm = (skewMs: number) => ({
+      AlarmDescription: Match.stringLikeRegexp("more than half the clock skew .* fix the host's time synchronisation"),
+      // Twice the largest offset either way, against the skew: half the skew.
+      Metrics: [
+        Match.objectLike({ Id: 'expr_1', Expression: '2 * MAX([ABS(ahead), ABS(behind)])', ReturnData: true }),
+        ...[
+          ['ahead', 'Maximum'],
+          ['behind', 'Minimum'],
+        ].map(([id, stat]) => ({
+          Id: id,
+          MetricStat: {
+            Metric: {
+              Namespace: 'leaselock',
+              MetricName: 'ClockOffsetMs',
+              Dimensions: [{ Name: 'Service', Value: 'worker' }],
+            },
+            Period: 60,
+            Stat: stat,
+          },
+          ReturnData: false,
+        })),
+      ],
+      Threshold: skewMs,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 3,
+      TreatMissingData: 'notBreaching',
+    });
+    synth().template.hasResourceProperties('AWS::CloudWatch::Alarm', clockAlarm(1_000));
+    synth({ clockSkew: Duration.millis(400) }).template.hasResourceProperties('AWS::CloudWatch::Alarm', clockAlarm(400));
+  });
+
   test('every alarm notifies the alarm topic when one is given', () => {
     const stack = new Stack(testApp(), 'Test');
     const topic = new sns.Topic(stack, 'Topic');
     new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), alarmTopic: topic });
     const found = Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm');
     assert.deepEqual(Object.keys(found).map((id) => id.replace(/^Coordinator|[0-9A-F]{8}$/g, '')).sort(), [
+      'ClockOffsetAlarm',
       'CommandDeadLetterQueueAlarm',
       'DeadLetterQueueAlarm',
       'OrphansAlarm',
