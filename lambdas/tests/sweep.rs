@@ -1,15 +1,17 @@
 //! The reconciler's sweep for stranded work (session mode), against the in-memory store: work
 //! held under a retired session or an older epoch is hinted, work under a live session or one
 //! dead for less than the grace is not, and a sweep that is off or not due sends nothing of it.
+//! Then the handler on DynamoDB and SQS (the local engine).
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use common::sample;
+use common::{queue, queue_depth, receive_hints, sample, services, table, unique_name};
 use lambda_runtime::{Context, LambdaEvent};
-use leaselock::{Clock, LeaseMode, LeaseStore, ManualClock, MemoryStore, Session, TableConfig};
+use leaselock::{Clock, LeaseMode, LeaseStore, LeaseTable, ManualClock, MemoryStore, Session, TableConfig};
 use leaselock_lambdas::reconciler::{self, Options, Sweep};
 use leaselock_lambdas::{EmfWriter, MemoryHints};
 use serde_json::{json, Value};
@@ -210,4 +212,44 @@ fn the_invocation_minute_comes_from_the_scheduled_events_time() {
     assert!(sweep.is_due(at("2027-01-15T08:00:00Z").unwrap()) && sweep.is_due(at("2027-01-15T08:10:59Z").unwrap()));
     assert!(!sweep.is_due(at("2027-01-15T08:05:00Z").unwrap()));
     assert!(!Sweep::OFF.is_due(0));
+}
+
+/// The handler on DynamoDB and SQS: work under an older epoch and under a dead, retired session
+/// (which no index lists any more) is hinted by a due sweep; a live session's work is not.
+#[tokio::test]
+async fn on_dynamodb_a_due_sweep_hints_work_no_index_lists() {
+    let Some(sdk) = services("on_dynamodb_a_due_sweep_hints_work_no_index_lists").await else { return };
+    let config = TableConfig::new(unique_name("ll-sweep")).mode(LeaseMode::Session);
+    let store = table(&sdk, config.clone()).await;
+    let hints = queue(&sdk).await;
+    // The crashed worker's session lasts 1.5 s.
+    let short = config
+        .lease_duration(Duration::from_millis(1_500))
+        .renew_interval(Duration::from_millis(500))
+        .clock_skew(Duration::from_millis(100));
+    let crashed_store = LeaseTable::new(store.client().clone(), short).unwrap();
+    for id in ["old-epoch", "retired", "live"] {
+        store.start(id, "wss://feed.example/s").await.unwrap();
+    }
+    let crashed = crashed_store.create_session("crashed", None).await.unwrap();
+    crashed_store.claim_in_session("retired", &crashed).await.unwrap();
+    let restarted = store.create_session("restarted", None).await.unwrap();
+    store.claim_in_session("old-epoch", &restarted).await.unwrap();
+    store.create_session("restarted", Some(restarted.epoch)).await.unwrap();
+    let live = store.create_session("live", None).await.unwrap();
+    store.claim_in_session("live", &live).await.unwrap();
+    // Dead beyond the reconciler's 1 s skew, then retired as survivors do after an empty listing.
+    tokio::time::sleep(Duration::from_millis(1_500 + 1_000 + 300)).await;
+    assert!(crashed_store.retire_session("crashed", crashed.epoch).await.unwrap());
+
+    let metrics = EmfWriter::new("leaselock-test", "reconciler", Vec::new());
+    let sweep = Sweep { grace_ms: 0, ..Sweep::default() };
+    let event = LambdaEvent::new(scheduled(DUE), Context::default());
+    let report = reconciler::handle_with(event, &store, &hints, &metrics, sweep).await.unwrap();
+    assert_eq!((report["stranded"].as_u64(), report["dead_session_work"].as_u64()), (Some(2), Some(0)), "{report}");
+    assert_eq!(report["sweep_complete"], true);
+    let received = receive_hints(&hints, 2, Duration::from_secs(30)).await;
+    let hinted: BTreeSet<String> = received.into_iter().map(|h| h.connection_id).collect();
+    assert_eq!(hinted, ids(&["old-epoch", "retired"]));
+    assert_eq!(queue_depth(&hints).await, 0, "nothing else hinted");
 }
