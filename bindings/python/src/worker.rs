@@ -117,6 +117,12 @@ pub struct PyWorkerSnapshot {
     /// Session mode with balance: the most held after claiming (the fair share).
     claim_limit: Option<usize>,
     stopping: bool,
+    /// The store's clock minus this host's, as last measured (None: not yet).
+    clock_offset_ms: Option<i64>,
+    /// How far the true offset may be from `clock_offset_ms`.
+    clock_uncertainty_ms: Option<u64>,
+    /// Why the worker claims nothing now (it keeps what it holds), if it does not.
+    claims_paused: Option<String>,
 }
 
 impl From<WorkerSnapshot> for PyWorkerSnapshot {
@@ -139,6 +145,9 @@ impl From<WorkerSnapshot> for PyWorkerSnapshot {
             handed_over: s.handed_over,
             claim_limit: s.claim_limit,
             stopping: s.stopping,
+            clock_offset_ms: s.clock_offset_ms,
+            clock_uncertainty_ms: s.clock_uncertainty_ms,
+            claims_paused: s.claims_paused,
         }
     }
 }
@@ -197,6 +206,7 @@ const WORKER_NAMES: &[(&str, &str)] = &[
     ("handler_grace", "handler_grace_ms"),
     ("hint_wait", "hint_wait_ms"),
     ("index_lag", "index_lag_ms"),
+    ("clock_tolerance", "clock_tolerance_ms"),
 ];
 
 /// A lease worker driven by core's runtime.
@@ -213,7 +223,8 @@ impl PyWorker {
     #[pyo3(signature = (table, *, queue_url=Arg::Absent, max_connections=Arg::Int(700), worker_id=Arg::Absent,
         orphan_interval_ms=Arg::Int(2_000), desired_state_interval_ms=Arg::Int(10_000),
         metrics_interval_ms=Arg::Int(60_000), handler_grace_ms=Arg::Int(5_000), hint_wait_ms=Arg::Int(5_000),
-        index_lag_ms=Arg::Int(10_000), metrics_namespace=Arg::Absent, balance=Arg::Bool(true)))]
+        index_lag_ms=Arg::Int(10_000), metrics_namespace=Arg::Absent, balance=Arg::Bool(true),
+        clock_tolerance_ms=Arg::Absent, wait_for_store_clock=Arg::Bool(true)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -229,6 +240,8 @@ impl PyWorker {
         index_lag_ms: Arg,
         metrics_namespace: Arg,
         balance: Arg,
+        clock_tolerance_ms: Arg,
+        wait_for_store_clock: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let Ok(table) = table.cast::<PyLeaseTable>() else {
@@ -244,7 +257,11 @@ impl PyWorker {
                 .handler_grace(handler_grace_ms.ms(py, "handler_grace_ms")?)
                 .hint_wait(hint_wait_ms.ms(py, "hint_wait_ms")?)
                 .index_lag(index_lag_ms.ms(py, "index_lag_ms")?)
-                .balance(balance.flag(py, "balance")?);
+                .balance(balance.flag(py, "balance")?)
+                .wait_for_store_clock(wait_for_store_clock.flag(py, "wait_for_store_clock")?);
+            if let Some(d) = clock_tolerance_ms.opt_ms(py, "clock_tolerance_ms")? {
+                builder = builder.clock_tolerance(d);
+            }
             if let Some(id) = worker_id.opt_text(py, "worker_id")? {
                 builder = builder.worker_id(id);
             }

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from typing import Dict, Iterator, List, Optional
@@ -278,3 +281,41 @@ def test_unreachable_store_cancels_at_the_deadline(ids, tmp_path) -> None:
         engine.terminate()
         engine.wait(10)
         log.close()
+
+
+_MEASURED = """
+import asyncio, json, sys, threading, leaselock
+table = leaselock.LeaseTable(sys.argv[1], lease_ms=3_000, renew_ms=1_000, clock_skew_ms=500)
+table.start(sys.argv[2], "wss://feed.example/x")
+worker = leaselock.Worker(table, max_connections=1, orphan_interval_ms=200, metrics_interval_ms=600_000)
+handled = threading.Event()
+
+@worker.handler
+async def handle(conn):
+    handled.set()
+    await asyncio.sleep(3600)
+
+thread = threading.Thread(target=lambda: asyncio.run(worker.serve()), daemon=True)
+thread.start()
+assert handled.wait(20), "the stream was not handled"
+snap = worker.snapshot()
+worker.shutdown()
+thread.join(20)
+print(json.dumps([snap.clock_offset_ms, snap.clock_uncertainty_ms, snap.claims_paused]))
+"""
+
+
+def test_the_store_clock_is_measured_and_in_the_snapshot_and_the_metrics_line(table_name, ids) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _MEASURED, table_name, ids("measured")], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    *metrics, last = run.stdout.splitlines()
+    offset, uncertainty, paused = json.loads(last)
+    # Claimed only once the store's clock was known within half the skew; the local engine
+    # runs on this host's clock, so the offset is within what was measured.
+    assert paused is None and uncertainty <= 250 and abs(offset) <= uncertainty + 2, last
+    emf = json.loads(metrics[-1])
+    names = [m["Name"] for m in emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    assert "ClockOffsetMs" in names and "ClockUncertaintyMs" in names, names
+    assert isinstance(emf["ClockOffsetMs"], int) and abs(emf["ClockOffsetMs"]) <= emf["ClockUncertaintyMs"] + 2, emf

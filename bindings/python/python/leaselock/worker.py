@@ -147,7 +147,11 @@ class Worker:
     fleet's work (claims up to its fair share, hands the excess over; ``conn.cancel_reason``
     is then ``"HandOver"``) unless ``balance=False``; ``index_lag_ms`` is how far behind the
     table its owner index may be (a dead session's empty listing is trusted only when sent that
-    long after its last write). Bad settings raise :class:`InvalidInput`.
+    long after its last write). Claims wait until the store's clock (measured from DynamoDB's
+    answers) is known within ``clock_tolerance_ms`` (default: half the table's clock skew); the
+    worker keeps what it holds meanwhile, and its snapshot says why (``claims_paused``) and what
+    was measured (``clock_offset_ms``, ``clock_uncertainty_ms``). ``wait_for_store_clock=False``
+    claims on the host's clock until the store's is known. Bad settings raise :class:`InvalidInput`.
     :meth:`serve` checks the table first (:meth:`LeaseTable.check_table`): a global table in
     multi-Region eventual consistency raises :class:`InvalidInput` before anything is claimed.
     """
@@ -167,6 +171,8 @@ class Worker:
         index_lag_ms: int = 10_000,
         metrics_namespace: Optional[str] = None,
         balance: bool = True,
+        clock_tolerance_ms: Optional[int] = None,
+        wait_for_store_clock: bool = True,
     ) -> None:
         self._native = _native.Worker(
             getattr(table, "_native", table),  # type: ignore[arg-type]  # anything else is refused as `table`
@@ -181,6 +187,8 @@ class Worker:
             index_lag_ms=index_lag_ms,
             metrics_namespace=metrics_namespace,
             balance=balance,
+            clock_tolerance_ms=clock_tolerance_ms,
+            wait_for_store_clock=wait_for_store_clock,
         )
         self._handler: Optional[Handler] = None
 
