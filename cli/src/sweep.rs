@@ -25,7 +25,7 @@ pub struct SweepArgs {
     /// stranded, ms.
     #[arg(long, env = "LEASELOCK_SWEEP_GRACE_MS", default_value_t = 60_000)]
     grace_ms: u64,
-    /// Send a START hint for every stranded id to this SQS queue.
+    /// Send a START hint (marked stranded) for every stranded id to this SQS queue.
     #[arg(long, env = "LEASELOCK_QUEUE_URL")]
     queue_url: Option<String>,
 }
@@ -92,7 +92,8 @@ pub async fn run(args: &TableArgs, sweep: &SweepArgs) -> CliResult {
     }
 }
 
-/// Sends one hint per id, [`HINT_BATCH`] per request: (sent, not sent).
+/// Sends one stranded hint per id ([`Hint::stranded`]: a worker takes it whatever its fair
+/// share), [`HINT_BATCH`] per request: (sent, not sent).
 async fn send_hints(sqs: &aws_sdk_sqs::Client, queue_url: &str, ids: &[String]) -> (u64, u64) {
     let (mut sent, mut failed) = (0, 0);
     for chunk in ids.chunks(HINT_BATCH) {
@@ -100,7 +101,10 @@ async fn send_hints(sqs: &aws_sdk_sqs::Client, queue_url: &str, ids: &[String]) 
             .iter()
             .enumerate()
             .map(|(i, id)| {
-                SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(Hint::new(id).to_json()).build()
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(Hint::stranded(id).to_json())
+                    .build()
             })
             .collect();
         let answer = match entries {

@@ -1,6 +1,6 @@
 //! `leaselock sweep` against the local engine: the ids of work held under an ended session, an
 //! older epoch, or (with no grace) a dead session are printed, then one JSON line; work of a
-//! live session never is; `--queue-url` sends a START hint for each.
+//! live session never is; `--queue-url` sends a stranded START hint for each.
 
 use std::process::Output;
 use std::time::Duration;
@@ -102,6 +102,7 @@ async fn sweep_prints_and_hints_the_stranded_ids() {
         let got = sqs.receive_message().queue_url(&queue_url).max_number_of_messages(10).send().await.unwrap();
         bodies.extend(got.messages().iter().filter_map(|m| m.body()).map(|b| {
             let hint: serde_json::Value = serde_json::from_str(b).unwrap();
+            assert_eq!(hint["stranded"], true, "a stranded hint: {b}");
             hint["connection_id"].as_str().unwrap().to_string()
         }));
         if bodies.len() >= ids.len() {

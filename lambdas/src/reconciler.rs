@@ -273,15 +273,15 @@ async fn read_page<S: LeaseStore + ?Sized>(
 
 /// Sends one hint per orphan, [`MAX_BATCH`] per request, `concurrency` requests at once.
 async fn send_hints(hints: &dyn HintSender, orphans: &[LeaseItem], options: &Options) -> Tally {
-    let ids: Vec<&str> = orphans.iter().map(|item| item.id.as_str()).collect();
-    send_hints_for(hints, &ids, options).await
+    let batch: Vec<Hint> = orphans.iter().map(|item| Hint::new(item.id.as_str())).collect();
+    send_hints_for(hints, &batch, options).await
 }
 
-/// Sends one hint per id, [`MAX_BATCH`] per request, `concurrency` requests at once.
-async fn send_hints_for(hints: &dyn HintSender, ids: &[&str], options: &Options) -> Tally {
-    stream::iter(ids.chunks(MAX_BATCH))
+/// Sends `all`, [`MAX_BATCH`] per request, `concurrency` requests at once.
+async fn send_hints_for(hints: &dyn HintSender, all: &[Hint], options: &Options) -> Tally {
+    stream::iter(all.chunks(MAX_BATCH))
         .map(|chunk| {
-            let batch = chunk.iter().map(|id| Hint::new(*id)).collect();
+            let batch = chunk.to_vec();
             send_batch_with_retry(hints, batch, options.deadline)
         })
         .buffer_unordered(options.concurrency.max(1))
@@ -431,7 +431,8 @@ struct Swept {
 }
 
 /// Sweeps the whole table for stranded work, part by part ([`SWEEP_PART_ITEMS`] items each, the
-/// deadline checked between parts), hinting each part's ids (but those in `hinted`) as it ends.
+/// deadline checked between parts), sending a stranded hint ([`Hint::stranded`]) for each part's
+/// ids (but those in `hinted`) as it ends.
 /// A part that fails ends the sweep; the next sweep starts over.
 async fn sweep_stranded<S: LeaseStore + ?Sized>(
     store: &S,
@@ -456,9 +457,10 @@ async fn sweep_stranded<S: LeaseStore + ?Sized>(
         };
         swept.items_read += page.scanned;
         swept.stranded += page.ids.len() as u64;
-        let fresh: Vec<&str> = page.ids.iter().map(String::as_str).filter(|id| !hinted.contains(*id)).collect();
-        for id in &fresh {
-            info!(connection_id = %id, "stranded: held under a gone, older or long-dead session");
+        // Stranded hints: a worker takes such work whatever its fair share, which counts none of it.
+        let fresh: Vec<Hint> = page.ids.iter().filter(|id| !hinted.contains(*id)).map(Hint::stranded).collect();
+        for hint in &fresh {
+            info!(connection_id = %hint.connection_id, "stranded: held under a gone, older or long-dead session");
         }
         swept.tally = swept.tally + send_hints_for(hints, &fresh, options).await;
         match page.next {

@@ -105,7 +105,7 @@ fn ids(list: &[&str]) -> BTreeSet<String> {
 #[tokio::test]
 async fn a_due_sweep_hints_work_under_a_retired_session_or_an_older_epoch() {
     let fleet = fleet().await;
-    let (report, emf, hinted, _) = run(&fleet.store, scheduled(DUE), Sweep::default()).await;
+    let (report, emf, hinted, hints) = run(&fleet.store, scheduled(DUE), Sweep::default()).await;
     assert_eq!(report["stranded"], 3, "{report}");
     assert_eq!(report["sweep_complete"], true);
     assert!(report["sweep_items_read"].as_u64().unwrap() >= 6, "{report}");
@@ -121,6 +121,10 @@ async fn a_due_sweep_hints_work_under_a_retired_session_or_an_older_epoch() {
     assert_eq!(report["dead_session_work"], 1);
     assert_eq!(hinted, ids(&["never-claimed", "old-epoch-1", "recent-1", "retired-1", "retired-2"]));
     assert_eq!(report["hints_sent"], 5);
+    // The sweep's hints say the work is stranded (taken whatever a worker's fair share); the
+    // orphan's and the listed dead session's do not.
+    let stranded: BTreeSet<String> = hints.sent().into_iter().filter(|h| h.stranded).map(|h| h.connection_id).collect();
+    assert_eq!(stranded, ids(&["old-epoch-1", "retired-1", "retired-2"]));
 }
 
 #[tokio::test]
@@ -249,6 +253,7 @@ async fn on_dynamodb_a_due_sweep_hints_work_no_index_lists() {
     assert_eq!((report["stranded"].as_u64(), report["dead_session_work"].as_u64()), (Some(2), Some(0)), "{report}");
     assert_eq!(report["sweep_complete"], true);
     let received = receive_hints(&hints, 2, Duration::from_secs(30)).await;
+    assert!(received.iter().all(|h| h.stranded), "{received:?}");
     let hinted: BTreeSet<String> = received.into_iter().map(|h| h.connection_id).collect();
     assert_eq!(hinted, ids(&["old-epoch", "retired"]));
     assert_eq!(queue_depth(&hints).await, 0, "nothing else hinted");
