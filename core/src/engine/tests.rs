@@ -532,39 +532,52 @@ struct Stranding {
     retired_after_ms: Option<u64>,
 }
 
-/// Session mode, lease 5 s, renew 1.25 s, skew 250 ms, three workers; the owner index lags
-/// `lag_ms` behind the table (the orphan index does not: its stale entry of the unclaimed work
-/// would lead the survivors to it). A stream is STARTed (no hint), and its claimer, which holds
-/// nothing else, dies right after its claim lands, before the index lists the claim under it. The
-/// engines retire a dead session from an empty listing as `index_lag_ms` allows.
-fn claim_then_kill_with_index_lag(lag_ms: u64, index_lag_ms: u64) -> Stranding {
+/// Session mode, lease 5 s, renew 1.25 s, skew 250 ms, three workers of `settings`; the owner
+/// index lags `lag_ms` behind the table (the orphan index does not: its stale entry of the
+/// unclaimed work would lead the survivors to it). A stream `fresh` is STARTed (no hint), and
+/// its claimer, which holds nothing else, dies right after its claim lands, before the index
+/// lists the claim under it. Returns the sim, the victim's id and when it died.
+fn claimer_killed_under_index_lag(lag_ms: u64, settings: impl Fn(&str) -> Settings) -> (Sim, String, u64) {
     let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        sim.spawn(Settings { index_lag_ms, ..settings(name, 30) }, i as u64 + 60);
+        sim.spawn(settings(name), i as u64 + 60);
     }
     sim.store.set_lag_of(crate::memory::Index::Owner, lag_ms);
     sim.run_until(20_000);
-    let id = "fresh".to_string();
-    block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+    block_on(sim.store.start("fresh", "wss://feed.example")).unwrap();
     let started_at = sim.clock.monotonic_ms();
-    assert!(sim.run_while(started_at + 30_000, 1, |s| s.running_on(&id).len() == 1), "claimed from the orphan index");
-    let victim = sim.running_on(&id)[0];
+    let claimed = sim.run_while(started_at + 30_000, 1, |s| s.running_on("fresh").len() == 1);
+    assert!(claimed, "claimed from the orphan index");
+    let victim = sim.running_on("fresh")[0];
     let victim_id = sim.nodes[victim].engine.settings().worker_id.clone();
     sim.crash(victim);
     let killed_at = sim.clock.monotonic_ms();
-    let owned = sim.run_while(killed_at + 60_000, 10, |s| s.running_on(&id).len() == 1);
+    (sim, victim_id, killed_at)
+}
+
+/// Whether `sim` retired the session of `owner` after `since`, and when.
+fn retired_at(sim: &Sim, owner: &str, since: u64) -> Option<u64> {
+    sim.log
+        .iter()
+        .find(|e| {
+            e.at_mono_ms > since
+                && matches!(&e.command, Command::Run { request: Op::RetireSession { owner: o, .. }, .. } if o == owner)
+        })
+        .map(|e| e.at_mono_ms)
+}
+
+/// [`claimer_killed_under_index_lag`], the engines retiring a dead session from an empty
+/// listing as `index_lag_ms` allows.
+fn claim_then_kill_with_index_lag(lag_ms: u64, index_lag_ms: u64) -> Stranding {
+    let (mut sim, victim_id, killed_at) =
+        claimer_killed_under_index_lag(lag_ms, |name| Settings { index_lag_ms, ..settings(name, 30) });
+    let id = "fresh";
+    let owned = sim.run_while(killed_at + 60_000, 10, |s| s.running_on(id).len() == 1);
     let owned_again_after_ms = owned.then(|| sim.clock.monotonic_ms() - killed_at);
     sim.run_until(killed_at + 60_000);
     // Never two live owners at once.
-    assert!(sim.running_on(&id).len() <= 1);
-    let retired_after_ms = sim
-        .log
-        .iter()
-        .find(|e| {
-            e.at_mono_ms > killed_at
-                && matches!(&e.command, Command::Run { request: Op::RetireSession { owner, .. }, .. } if *owner == victim_id)
-        })
-        .map(|e| e.at_mono_ms - killed_at);
+    assert!(sim.running_on(id).len() <= 1);
+    let retired_after_ms = retired_at(&sim, &victim_id, killed_at).map(|at| at - killed_at);
     Stranding { owned_again_after_ms, retired_after_ms }
 }
 
@@ -596,26 +609,10 @@ fn work_claimed_just_before_its_worker_died_is_taken_over_when_the_lagging_index
 /// index catches up.
 #[test]
 fn work_stranded_by_an_index_lagging_past_the_allowance_is_found_by_the_sweep_and_hinted_back() {
-    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
-    for (i, name) in ["a", "b", "c"].iter().enumerate() {
-        sim.spawn(Settings { hints: true, ..settings(name, 30) }, i as u64 + 70);
-    }
-    sim.store.set_lag_of(crate::memory::Index::Owner, 40_000);
-    sim.run_until(20_000);
+    let (mut sim, victim_id, killed_at) =
+        claimer_killed_under_index_lag(40_000, |name| Settings { hints: true, ..settings(name, 30) });
     let id = "fresh".to_string();
-    block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
-    let started_at = sim.clock.monotonic_ms();
-    assert!(sim.run_while(started_at + 30_000, 1, |s| s.running_on(&id).len() == 1), "claimed from the orphan index");
-    let victim = sim.running_on(&id)[0];
-    let victim_id = sim.nodes[victim].engine.settings().worker_id.clone();
-    sim.crash(victim);
-    let killed_at = sim.clock.monotonic_ms();
-    let retired = |s: &Sim| {
-        s.log.iter().any(|e| {
-            e.at_mono_ms > killed_at
-                && matches!(&e.command, Command::Run { request: Op::RetireSession { owner, .. }, .. } if *owner == victim_id)
-        })
-    };
+    let retired = |s: &Sim| retired_at(s, &victim_id, killed_at).is_some();
     assert!(sim.run_while(killed_at + 30_000, 10, retired), "the dead session is retired");
     assert!(sim.running_on(&id).is_empty(), "stranded: held under a retired session the index does not list yet");
     // The sweep, as the reconciler runs it: held under a session dead for longer than the grace.
