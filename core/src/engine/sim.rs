@@ -2,6 +2,11 @@
 //! tokio, no threads. Each worker's commands run against the store at once and their answers
 //! arrive after a latency; handlers return a moment after their token fires; hints go through
 //! an in-memory queue. Used by the engine's tests and the fleet simulation in `make bench`.
+//!
+//! With [`Sim::account`] on it bills capacity units to partition values as DynamoDB does
+//! ([`Partitions`]); with [`Behaviour::throttle`] too it throttles as DynamoDB does: 1,000 write
+//! and 3,000 read units per second per partition value on the table and on each index, no burst
+//! ([`partition_limit`]), a table write refused when an index it feeds cannot take its entry.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -36,6 +41,19 @@ pub struct Partitions {
     pub peak: BTreeMap<&'static str, (f64, String)>,
     /// place → units in all.
     pub total: BTreeMap<&'static str, f64>,
+    /// With [`Behaviour::throttle`]: requests answered throttled, by the place that refused them.
+    pub throttled: BTreeMap<&'static str, u64>,
+}
+
+/// What one partition value serves per second at `place` (DynamoDB's per-partition limits).
+/// No burst: DynamoDB's burst capacity never lifts a partition past these, so a second's budget
+/// is all a partition value has, and unused capacity is not carried over.
+pub fn partition_limit(place: &str) -> f64 {
+    if place == ORPHAN_INDEX_READS || place == OWNER_INDEX_READS {
+        3_000.0
+    } else {
+        1_000.0
+    }
 }
 
 /// Where units land.
@@ -60,6 +78,22 @@ impl Partitions {
             *peak = (slot.1, partition.to_string());
         }
         *self.total.entry(place).or_default() += units;
+    }
+
+    /// Units billed to `partition` at `place` in the second of `now_ms`.
+    pub fn in_second(&self, place: &'static str, partition: &str, now_ms: u64) -> f64 {
+        match self.current.get(&(place, partition.to_string())) {
+            Some((second, units)) if *second == now_ms / 1_000 => *units,
+            _ => 0.0,
+        }
+    }
+
+    /// The first of `charges` its partition's budget for this second cannot take.
+    fn refusal(&self, charges: &[(&'static str, String, f64)], now_ms: u64) -> Option<&'static str> {
+        charges
+            .iter()
+            .find(|(place, partition, units)| self.in_second(place, partition, now_ms) + units > partition_limit(place))
+            .map(|(place, ..)| *place)
     }
 
     /// Forgets the peaks (a new phase of a run).
@@ -99,12 +133,35 @@ pub struct Behaviour {
     pub handler_stop_ms: u64,
     /// Handlers of these ids ignore their cancellation.
     pub stubborn: Vec<String>,
+    /// Partitions throttle as DynamoDB's do (with [`Sim::account`] on): a request whose units
+    /// would take any partition value it touches (the table's or an index's) past
+    /// [`partition_limit`] in this second is answered `ProvisionedThroughputExceededException`
+    /// and not applied; the driver retries it with the protocol's backoff until the operation's
+    /// budget ends, then the engine gets the protocol's failure (`Throttled`, `Lost` for renewals).
+    pub throttle: bool,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Self { latency_ms: 5, claim_answer_delay_ms: 0, handler_stop_ms: 10, stubborn: Vec::new() }
+        Self { latency_ms: 5, claim_answer_delay_ms: 0, handler_stop_ms: 10, stubborn: Vec::new(), throttle: false }
     }
+}
+
+/// Something due at a time: an event for a worker, or a throttled request sent again.
+#[derive(Debug)]
+enum Due {
+    Event(Event),
+    Retry(Retry),
+}
+
+/// A throttled request the driver sends again.
+#[derive(Debug)]
+struct Retry {
+    op: u64,
+    request: Op,
+    attempt: u32,
+    /// The operation's budget ends here (monotonic).
+    until_mono_ms: u64,
 }
 
 /// The fleet; see the module docs.
@@ -114,8 +171,8 @@ pub struct Sim {
     pub store: Arc<MemoryStore>,
     pub nodes: Vec<Node>,
     pub behaviour: Behaviour,
-    /// Events waiting to be delivered: (time, order) → (worker, event).
-    queue: BTreeMap<(u64, u64), (usize, Event)>,
+    /// Events waiting to be delivered and requests to send again: (time, order) → (worker, what).
+    queue: BTreeMap<(u64, u64), (usize, Due)>,
     order: u64,
     /// The hint queue: visible messages, and those received and not settled, by receipt.
     hints: VecDeque<String>,
@@ -138,6 +195,10 @@ pub struct Sim {
     /// Capacity units per partition value, with [`Sim::account`] on.
     pub partitions: Partitions,
     pub account: bool,
+    /// Requests answered throttled, by kind (with [`Behaviour::throttle`]).
+    pub throttled: BTreeMap<&'static str, u64>,
+    /// The backoff's jitter (deterministic).
+    jitter: u64,
 }
 
 impl Sim {
@@ -164,6 +225,8 @@ impl Sim {
             record_inputs: false,
             partitions: Partitions::default(),
             account: false,
+            throttled: BTreeMap::new(),
+            jitter: wall_start_ms | 1,
         }
     }
 
@@ -221,7 +284,7 @@ impl Sim {
 
     fn later(&mut self, worker: usize, after_ms: u64, event: Event) {
         self.order += 1;
-        self.queue.insert((self.clock.monotonic_ms() + after_ms, self.order), (worker, event));
+        self.queue.insert((self.clock.monotonic_ms() + after_ms, self.order), (worker, Due::Event(event)));
     }
 
     /// Runs until the monotonic clock reaches `until_mono_ms`.
@@ -245,8 +308,14 @@ impl Sim {
                 if entry.key().0 > next {
                     break;
                 }
-                let (worker, event) = entry.remove();
-                self.deliver(worker, event);
+                match entry.remove() {
+                    (worker, Due::Event(event)) => self.deliver(worker, event),
+                    (worker, Due::Retry(retry)) => {
+                        if self.nodes[worker].alive {
+                            self.run_op(worker, retry);
+                        }
+                    }
+                }
             }
             for i in 0..self.nodes.len() {
                 let node = &self.nodes[i];
@@ -287,20 +356,8 @@ impl Sim {
         let b = self.behaviour.clone();
         match command {
             Command::Run { op, request } => {
-                let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
-                // A session claim's condition reads the session item of the work's owner.
-                let owner_before = match (&request, self.account) {
-                    (Op::Claim { id, session: Some(_), .. }, true) => {
-                        block_on(self.store.get(id)).ok().flatten().and_then(|i| i.owner)
-                    }
-                    _ => None,
-                };
-                let billed = self.account.then(|| (request.clone(), owner_before));
-                let answer = self.answer(worker, request);
-                if let Some((request, owner_before)) = billed {
-                    self.bill(worker, &request, &answer, owner_before.as_deref());
-                }
-                self.later(worker, b.latency_ms + delay, Event::Answer { op, answer });
+                let until_mono_ms = self.budget_end(&request);
+                self.run_op(worker, Retry { op, request, attempt: 0, until_mono_ms });
             }
             Command::StartHandler { lease } => {
                 let stubborn = b.stubborn.contains(&lease.id);
@@ -380,63 +437,149 @@ impl Sim {
         }
     }
 
+    /// Where the driver's budget for `request` ends: a renewal's deadline, a lease operation's
+    /// renew interval, `operation_budget` for the rest (as the protocol's `Budget`s do).
+    fn budget_end(&self, request: &Op) -> u64 {
+        let now = self.clock.monotonic_ms();
+        let config = self.store.config();
+        match request {
+            Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } => *until_mono_ms,
+            Op::Claim { .. }
+            | Op::Release { .. }
+            | Op::ReleaseLease { .. }
+            | Op::CreateSession { .. }
+            | Op::EndSession { .. } => now + config.renew_ms(),
+            _ => now + config.operation_budget.as_millis() as u64,
+        }
+    }
+
+    /// Sends `retry.request` to the store: answered at once, or, throttled, sent again after the
+    /// protocol's backoff while the budget allows, else failed as the protocol fails it.
+    fn run_op(&mut self, worker: usize, retry: Retry) {
+        let b = self.behaviour.clone();
+        let Retry { op, request, attempt, until_mono_ms } = retry;
+        let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
+        // A session claim's condition reads the session item of the work's owner.
+        let owner_before = match (&request, self.account) {
+            (Op::Claim { id, session: Some(_), .. }, true) => {
+                block_on(self.store.get(id)).ok().flatten().and_then(|i| i.owner)
+            }
+            _ => None,
+        };
+        let now = self.clock.now_ms();
+        let throttle = self.account && b.throttle;
+        // Reads change nothing: answered first, their units are known before they are admitted.
+        let read = matches!(request, Op::OrphansPage { .. } | Op::Sessions | Op::OwnedBy { .. });
+        let early = (throttle && read).then(|| self.answer(worker, request.clone()));
+        if throttle {
+            let charges = self.charges(worker, &request, early.as_ref(), owner_before.as_deref());
+            if let Some(place) = self.partitions.refusal(&charges, now) {
+                *self.partitions.throttled.entry(place).or_default() += 1;
+                *self.throttled.entry(op_kind(&request)).or_default() += 1;
+                self.jitter =
+                    self.jitter.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let unit = (self.jitter >> 11) as f64 / (1u64 << 53) as f64;
+                let pause = crate::lease::backoff_ms(attempt, 25, 1_000, unit);
+                let mono = self.clock.monotonic_ms();
+                if crate::lease::retry_fits(mono + b.latency_ms, pause, until_mono_ms) {
+                    self.order += 1;
+                    let next = Retry { op, request, attempt: attempt + 1, until_mono_ms };
+                    self.queue.insert((mono + b.latency_ms + pause, self.order), (worker, Due::Retry(next)));
+                } else {
+                    let error = match &request {
+                        Op::Renew { id, .. } => Error::Lost { id: id.clone() },
+                        Op::RenewSession { session, .. } => {
+                            Error::Lost { id: self.store.config().session_id(&session.owner) }
+                        }
+                        _ => Error::Throttled,
+                    };
+                    self.later(worker, b.latency_ms, Event::Answer { op, answer: Answer::Failed(error) });
+                }
+                return;
+            }
+        }
+        let billed = self.account.then(|| (request.clone(), owner_before));
+        let answer = match early {
+            Some(answer) => answer,
+            None => self.answer(worker, request),
+        };
+        if let Some((request, owner_before)) = billed {
+            self.bill(worker, &request, &answer, owner_before.as_deref());
+        }
+        self.later(worker, b.latency_ms + delay, Event::Answer { op, answer });
+    }
+
     /// Bills `request` (answered with `answer`) to the partitions it touches.
     fn bill(&mut self, worker: usize, request: &Op, answer: &Answer, owner_before: Option<&str>) {
         let now = self.clock.now_ms();
+        for (place, partition, units) in self.charges(worker, request, Some(answer), owner_before) {
+            self.partitions.add(place, &partition, units, now);
+        }
+    }
+
+    /// The units `request` costs at each partition value it touches, answered with `answer`
+    /// (none yet: as if its writes succeed).
+    fn charges(
+        &self,
+        worker: usize,
+        request: &Op,
+        answer: Option<&Answer>,
+        owner_before: Option<&str>,
+    ) -> Vec<(&'static str, String, f64)> {
         let config = self.store.config();
         let sessions = config.session_partition.clone();
         let started = |id: &str| config.started_value(id);
         let shards = config.orphan_shards.max(1);
         let partitions = config.started_partitions();
         let me = self.nodes[worker].engine.settings().worker_id.clone();
-        let p = &mut self.partitions;
-        let ok = !matches!(answer, Answer::Failed(_));
+        let mut p = Charges(Vec::new());
+        let p = &mut p;
+        let ok = !matches!(answer, Some(Answer::Failed(_)));
         let read_units = |items: usize| (items as f64 * 300.0 / 4096.0).ceil().max(1.0) / 2.0;
         match request {
             Op::Claim { id, session, .. } => {
                 let tx = if session.is_some() { 2.0 } else { 1.0 };
+                p.add(TABLE, id, tx);
                 if !ok {
-                    p.add(TABLE, id, tx, now);
-                    return;
+                    return std::mem::take(&mut p.0);
                 }
-                p.add(TABLE, id, tx, now);
                 // The expiry (the index's sort key) moves: a delete and a put.
-                p.add(ORPHAN_INDEX, &started(id), 2.0 * tx, now);
-                p.add(OWNER_INDEX, &me, tx, now);
+                p.add(ORPHAN_INDEX, &started(id), 2.0 * tx);
+                p.add(OWNER_INDEX, &me, tx);
                 if let Some(previous) = owner_before.filter(|_| session.is_some()) {
                     // The condition check reads the previous owner's session item (a
                     // transaction's read: 2 units).
-                    p.add(SESSION_ITEMS, previous, tx, now);
+                    p.add(SESSION_ITEMS, previous, tx);
                 }
             }
             Op::Renew { id, .. } => {
-                p.add(TABLE, id, 1.0, now);
+                p.add(TABLE, id, 1.0);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0);
                 }
             }
             Op::Release { id } => {
-                p.add(TABLE, id, 1.0, now);
+                p.add(TABLE, id, 1.0);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started(id), 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(id), 2.0);
                 }
             }
             Op::ReleaseLease { lease } => {
-                p.add(TABLE, &lease.id, 1.0, now);
+                p.add(TABLE, &lease.id, 1.0);
                 if ok {
-                    p.add(ORPHAN_INDEX, &started(&lease.id), 2.0, now);
+                    p.add(ORPHAN_INDEX, &started(&lease.id), 2.0);
                 }
             }
             Op::CreateSession { .. } | Op::RenewSession { .. } | Op::EndSession { .. } => {
-                p.add(SESSION_ITEMS, &me, 1.0, now);
+                p.add(SESSION_ITEMS, &me, 1.0);
                 if ok {
-                    p.add(ORPHAN_INDEX, &sessions, 2.0, now);
+                    p.add(ORPHAN_INDEX, &sessions, 2.0);
                 }
             }
             Op::RetireSession { owner, .. } => {
-                p.add(SESSION_ITEMS, owner, 1.0, now);
+                p.add(SESSION_ITEMS, owner, 1.0);
                 if ok {
-                    p.add(ORPHAN_INDEX, &sessions, 1.0, now);
+                    p.add(ORPHAN_INDEX, &sessions, 1.0);
                 }
             }
             Op::OrphansPage { cutoff_ms, .. } => {
@@ -444,7 +587,7 @@ impl Sim {
                 // until the page is full (then up to the shard of its last item), every shard
                 // when it is not.
                 let (items, full) = match answer {
-                    Answer::Orphans { items, full } => (&items[..], *full),
+                    Some(Answer::Orphans { items, full }) => (&items[..], *full),
                     _ => (&[][..], false),
                 };
                 let mut found = vec![0usize; shards as usize];
@@ -457,45 +600,32 @@ impl Sim {
                     _ => shards,
                 };
                 for k in (0..read).map(|i| ((first + i) % shards) as usize) {
-                    p.add(ORPHAN_INDEX_READS, &partitions[k], read_units(found[k]), now);
+                    p.add(ORPHAN_INDEX_READS, &partitions[k], read_units(found[k]));
                 }
             }
             Op::Sessions => {
                 let n = match answer {
-                    Answer::Sessions(items) => items.len(),
+                    Some(Answer::Sessions(items)) => items.len(),
                     _ => 0,
                 };
-                p.add(ORPHAN_INDEX_READS, &sessions, read_units(n), now);
+                p.add(ORPHAN_INDEX_READS, &sessions, read_units(n));
             }
             Op::OwnedBy { owner } => {
                 let n = match answer {
-                    Answer::Owned(items) => items.len(),
+                    Some(Answer::Owned(items)) => items.len(),
                     _ => 0,
                 };
-                p.add(OWNER_INDEX_READS, owner, read_units(n), now);
+                p.add(OWNER_INDEX_READS, owner, read_units(n));
             }
             Op::Get { .. } | Op::DesiredStates { .. } => {}
         }
+        std::mem::take(&mut p.0)
     }
 
     fn answer(&mut self, worker: usize, request: Op) -> Answer {
         let store = self.store.clone();
         let owner = self.nodes[worker].engine.settings().worker_id.clone();
-        let kind = match &request {
-            Op::Claim { .. } => "claim",
-            Op::Renew { .. } => "renew",
-            Op::Release { .. } | Op::ReleaseLease { .. } => "release",
-            Op::Get { .. } => "get",
-            Op::OrphansPage { .. } => "orphans",
-            Op::Sessions => "sessions",
-            Op::OwnedBy { .. } => "owned_by",
-            Op::RetireSession { .. } => "retire_session",
-            Op::CreateSession { .. } => "create_session",
-            Op::RenewSession { .. } => "renew_session",
-            Op::EndSession { .. } => "end_session",
-            Op::DesiredStates { .. } => "desired_states",
-        };
-        *self.ops.entry(kind).or_default() += 1;
+        *self.ops.entry(op_kind(&request)).or_default() += 1;
         let failed = Answer::Failed;
         let node = &mut self.nodes[worker];
         match request {
@@ -625,5 +755,32 @@ impl Sim {
                 _ => None,
             })
             .collect()
+    }
+}
+
+/// The kind of `request`, as [`Sim::ops`] counts it.
+fn op_kind(request: &Op) -> &'static str {
+    match request {
+        Op::Claim { .. } => "claim",
+        Op::Renew { .. } => "renew",
+        Op::Release { .. } | Op::ReleaseLease { .. } => "release",
+        Op::Get { .. } => "get",
+        Op::OrphansPage { .. } => "orphans",
+        Op::Sessions => "sessions",
+        Op::OwnedBy { .. } => "owned_by",
+        Op::RetireSession { .. } => "retire_session",
+        Op::CreateSession { .. } => "create_session",
+        Op::RenewSession { .. } => "renew_session",
+        Op::EndSession { .. } => "end_session",
+        Op::DesiredStates { .. } => "desired_states",
+    }
+}
+
+/// Units to bill, in order.
+struct Charges(Vec<(&'static str, String, f64)>);
+
+impl Charges {
+    fn add(&mut self, place: &'static str, partition: &str, units: f64) {
+        self.0.push((place, partition.to_string(), units));
     }
 }

@@ -761,3 +761,37 @@ fn a_hint_received_while_claims_wait_for_the_clock_is_deferred() {
         .collect();
     assert_eq!((deferred.len(), sim.running(w), sim.hints_waiting()), (1, 0, 1));
 }
+
+#[test]
+fn a_cold_start_on_one_hot_orphan_partition_is_throttled_kept_within_its_limits_and_still_all_held() {
+    // 2,000 orphans on one orphan-index partition value, 20 workers claiming at once: 4,000
+    // index write units wanted in the first second against DynamoDB's 1,000.
+    let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    sim.keep_log = false;
+    sim.account = true;
+    sim.behaviour.throttle = true;
+    let ids = start_work(&sim, 2_000);
+    for i in 0..20 {
+        sim.spawn(Settings { hints: true, ..settings(&format!("w{i:02}"), 120) }, i + 1);
+    }
+    let held = sim.run_while(60_000, 100, |s| s.all_held_once(&ids));
+    assert!(held, "{} of {} held", sim.held_once_count(), ids.len());
+    let refused = sim.partitions.throttled.get(super::sim::ORPHAN_INDEX).copied().unwrap_or(0);
+    assert!(refused > 0 && sim.throttled.get("claim").is_some_and(|n| *n > 0), "{:?}", sim.partitions.throttled);
+    for (place, (units, partition)) in &sim.partitions.peak {
+        assert!(*units <= super::sim::partition_limit(place), "{place} {partition}: {units} units in one second");
+    }
+    // The busiest second of the orphan index used its whole budget, no more.
+    assert!(sim.partitions.peak[super::sim::ORPHAN_INDEX].0 > 900.0, "{:?}", sim.partitions.peak);
+    // Without throttling the same start passes the limit.
+    let mut free = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
+    free.keep_log = false;
+    free.account = true;
+    let ids = start_work(&free, 2_000);
+    for i in 0..20 {
+        free.spawn(Settings { hints: true, ..settings(&format!("w{i:02}"), 120) }, i + 1);
+    }
+    assert!(free.run_while(60_000, 100, |s| s.all_held_once(&ids)));
+    assert!(free.partitions.peak[super::sim::ORPHAN_INDEX].0 > 1_000.0, "{:?}", free.partitions.peak);
+    assert!(free.partitions.throttled.is_empty());
+}
