@@ -579,7 +579,7 @@ impl ClaimInSession {
             self.takeover = true;
             return self.decide(current, input, first_decision);
         }
-        if reasons.iter().any(|r| r.code.as_deref() == Some("TransactionConflict")) {
+        if reasons.iter().any(|r| is_write_conflict(r.code.as_deref())) {
             return self.budget.pause(input, Cause::Throttled);
         }
         Step::Fail(Error::Store(format!(
@@ -591,6 +591,12 @@ impl ClaimInSession {
     fn unexpected<T>(&self) -> Step<T> {
         super::unexpected()
     }
+}
+
+/// A cancellation reason that another writer of the same item gives: a concurrent transaction,
+/// or (a multi-Region strong consistency table) a write in another Region. Contention, retried.
+fn is_write_conflict(code: Option<&str>) -> bool {
+    matches!(code, Some("TransactionConflict" | "ReplicatedWriteConflict"))
 }
 
 /// Whether `listed` is STARTED work held (the sentinel) under the session `epoch` of `owner`, a
@@ -759,7 +765,7 @@ impl TakeOverListed {
         let mut changed = false;
         for (n, i) in pending.iter().enumerate() {
             match code(reasons.get(n + 1)).as_str() {
-                "None" | "TransactionConflict" => {}
+                "None" | "TransactionConflict" | "ReplicatedWriteConflict" => {}
                 "ConditionalCheckFailed" => {
                     self.state[*i] = Listed::Left;
                     changed = true;
@@ -767,7 +773,7 @@ impl TakeOverListed {
                 _ => return self.leave_pending(),
             }
         }
-        let conflict = reasons.iter().any(|r| r.code.as_deref() == Some("TransactionConflict"));
+        let conflict = reasons.iter().any(|r| is_write_conflict(r.code.as_deref()));
         if conflict {
             return self.budget.pause(input, Cause::Throttled);
         }

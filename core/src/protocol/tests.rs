@@ -1140,12 +1140,15 @@ mod session {
             reason("None", None),
         ];
         assert_eq!(done(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), vec![None, None]);
-        // A conflict with another transaction: the same transaction again after a pause.
-        let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
-        op.next(at(5));
-        let reasons = vec![reason("None", None), reason("TransactionConflict", None), reason("None", None)];
-        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
-        assert_eq!(updated_ids(&transaction(op.next(at(600)))), ["c0", "c1"]);
+        // A conflict with another transaction, or another Region's write (MRSC): the same
+        // transaction again after a pause.
+        for conflict in ["TransactionConflict", "ReplicatedWriteConflict"] {
+            let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
+            op.next(at(5));
+            let reasons = vec![reason("None", None), reason(conflict, None), reason("None", None)];
+            assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
+            assert_eq!(updated_ids(&transaction(op.next(at(600)))), ["c0", "c1"]);
+        }
         // Refused for good (access denied): every connection left, no error.
         let mut op = TakeOverListed::new(&cfg(), "old", 7, listed(2), &session(19_000)).unwrap();
         op.next(at(5));
@@ -1214,11 +1217,14 @@ mod session {
         let taken = stored("c1", Some("x"), Some(NOW + 19_000), 5, Some(DesiredState::Started));
         let reasons = vec![reason("None", None), reason("ConditionalCheckFailed", Some(taken))];
         assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "fail Held");
-        // A transaction conflict: retried after a pause, the same transaction.
-        let (mut op, _) = takeover();
-        let reasons = vec![reason("TransactionConflict", None), reason("None", None)];
-        assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
-        assert_eq!(summary(op.next(at(600))), "send TransactWriteItems");
+        // A transaction conflict, or another Region's write (MRSC): retried after a pause, the
+        // same transaction.
+        for conflict in ["TransactionConflict", "ReplicatedWriteConflict"] {
+            let (mut op, _) = takeover();
+            let reasons = vec![reason(conflict, None), reason("None", None)];
+            assert_eq!(summary(op.next(at(50).with(Answer::TransactionCanceled { reasons }))), "sleep");
+            assert_eq!(summary(op.next(at(600))), "send TransactWriteItems");
+        }
         // Ambiguous: a re-read showing our claim is the lease.
         let (mut op, _) = takeover();
         assert_eq!(summary(op.next(at(2_000).with(Answer::Ambiguous("timeout".into())))), "reread");
