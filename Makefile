@@ -119,11 +119,13 @@ demo:
 # bench/report.py writes bench/REPORT.md and its plots. The file starts empty, so every key in it
 # comes from this run (a section run alone merges into what is there). The run's duration, builds included, is
 # recorded as bench_duration_s.
+# One line per step, so that `make -n bench` only prints them: a line naming $(MAKE) runs even
+# under -n (with -n passed on, so the sections print their commands), and no other line does.
 bench:
-	@start=$$(date +%s); \
-	rm -f bench/results/latest.json; \
-	$(MAKE) --no-print-directory bench-sections && \
-	echo "{\"bench_duration_s\": $$(( $$(date +%s) - start ))}" | python3 bench/merge.py && \
+	@mkdir -p target && date +%s > target/bench-started
+	rm -f bench/results/latest.json
+	$(MAKE) --no-print-directory bench-sections
+	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report
 
 bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim
