@@ -7,6 +7,10 @@
 //!
 //!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed] [shards,...]
 //!
+//! Partitions throttle as DynamoDB's do (`Behaviour::throttle`: 1,000 write and 3,000 read units
+//! per second per partition value, no burst); `FLEET_SIM_THROTTLE=0` only counts. Each phase
+//! reports the requests answered throttled, by kind and by the place that refused them.
+//!
 //! Per-item mode also runs with the orphan index sharded (`TableConfig::orphan_shards`) over
 //! each of the listed counts (default 64; an empty list runs none).
 
@@ -43,6 +47,24 @@ fn peaks(sim: &Sim) -> Value {
     Value::Object(out)
 }
 
+/// Requests answered throttled since `before` (by kind, by place), and the counts now.
+fn throttled(sim: &Sim, before: &mut (BTreeMap<String, u64>, BTreeMap<String, u64>)) -> Value {
+    let now = |m: &BTreeMap<&'static str, u64>| m.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>();
+    let (kinds, places) = (now(&sim.throttled), now(&sim.partitions.throttled));
+    let since = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
+        now.iter()
+            .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0)))
+            .filter(|(_, v)| *v > 0)
+            .collect::<BTreeMap<_, _>>()
+    };
+    let out = json!({
+        "requests": since(&kinds, &before.0).values().sum::<u64>(),
+        "by_kind": since(&kinds, &before.0), "by_place": since(&places, &before.1),
+    });
+    *before = (kinds, places);
+    out
+}
+
 /// Runs until every id runs on exactly one live worker; returns how long that took (ms).
 fn until_all_held(sim: &mut Sim, ids: &[String], limit_ms: u64) -> Option<u64> {
     let from = sim.clock.monotonic_ms();
@@ -63,6 +85,8 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     let mut sim = Sim::new(config, START);
     sim.keep_log = false;
     sim.account = true;
+    sim.behaviour.throttle = std::env::var("FLEET_SIM_THROTTLE").map_or(true, |v| v != "0");
+    let mut counted = Default::default();
     let ids: Vec<String> = (0..connections)
         .map(|i| {
             let id = format!("c{i:06}");
@@ -81,13 +105,15 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     let held = sim.held_once_count();
     phases.insert(
         "cold_start".into(),
-        json!({ "all_held_after_ms": cold, "limit_ms": cold_limit_ms, "held_at_end": held, "peaks": peaks(&sim) }),
+        json!({ "all_held_after_ms": cold, "limit_ms": cold_limit_ms, "held_at_end": held, "peaks": peaks(&sim),
+               "throttled": throttled(&sim, &mut counted) }),
     );
     eprintln!("{}: cold start {:?} ms, {held} held ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
 
     // Steady state: a minute after everything settled.
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
     sim.partitions.reset_peaks();
+    throttled(&sim, &mut counted);
     let before: f64 = [TABLE, leaselock::engine::sim::SESSION_ITEMS]
         .iter()
         .map(|p| sim.partitions.total.get(p).copied().unwrap_or(0.0))
@@ -108,7 +134,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     phases.insert(
         "steady".into(),
         json!({
-            "writes_per_connection_hour": per_hour, "peaks": peaks(&sim),
+            "writes_per_connection_hour": per_hour, "peaks": peaks(&sim), "throttled": throttled(&sim, &mut counted),
             "connections_within_1000_wcu": fit, "table_connections_within_1000_wcu": table_fit,
         }),
     );
@@ -122,7 +148,8 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     let crash = until_all_held(&mut sim, &ids, crash_limit_ms);
     phases.insert(
         "crash".into(),
-        json!({ "connections": victims.len(), "all_held_after_ms": crash, "limit_ms": crash_limit_ms, "peaks": peaks(&sim) }),
+        json!({ "connections": victims.len(), "all_held_after_ms": crash, "limit_ms": crash_limit_ms, "peaks": peaks(&sim),
+               "throttled": throttled(&sim, &mut counted) }),
     );
     eprintln!("{}: crash of {} -> {:?} ms ({:.1} s)", m.name, victims.len(), crash, wall.elapsed().as_secs_f64());
 
@@ -148,12 +175,14 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
             "workers_replaced": gaps.len(),
             "hand_over_ms": { "p50": pct(0.5), "p99": pct(0.99), "max": gaps.last() },
             "peaks": peaks(&sim),
+            "throttled": throttled(&sim, &mut counted),
         }),
     );
     eprintln!("{}: deploy of {} ({:.1} s)", m.name, gaps.len(), wall.elapsed().as_secs_f64());
     let ops: BTreeMap<_, _> = sim.ops.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     json!({
         "lease_ms": m.lease_ms, "renew_ms": m.renew_ms, "skew_ms": m.skew_ms, "orphan_shards": m.shards,
+        "throttle": sim.behaviour.throttle,
         "phases": phases, "store_operations": ops,
         "simulated_s": sim.clock.monotonic_ms() / 1_000, "run_s": wall.elapsed().as_secs_f64(),
         "wall_at_end_ms": sim.clock.now_ms(),
