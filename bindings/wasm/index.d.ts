@@ -96,6 +96,18 @@ export declare class Session {
   toJSON(): SessionItem & { deadline: number };
 }
 
+/**
+ * The store's clock against this host's, measured from the `date` header of the table's
+ * answers: the true offset is within `uncertaintyMs` of `offsetMs`.
+ */
+export interface ClockEstimate {
+  /** The store's clock minus this host's wall clock. */
+  offsetMs: number;
+  uncertaintyMs: number;
+  /** The answers it rests on. */
+  samples: number;
+}
+
 export declare class LeaseTable {
   constructor(options: LeaseTableOptions);
   readonly client: DynamoDBClient;
@@ -114,6 +126,13 @@ export declare class LeaseTable {
    * TableNotFoundError.
    */
   checkTable(options?: Abortable): Promise<TableReplication>;
+  /** The store's clock against this host's as measured so far from the table's answers. */
+  clockEstimate(): ClockEstimate | undefined;
+  /**
+   * Measures the store's clock until it is known within `withinMs` (default half the clock
+   * skew): at most 12 DescribeTable requests, each sent when its answer narrows it most.
+   */
+  measureClock(options?: { withinMs?: number } & Abortable): Promise<ClockEstimate | undefined>;
   start(id: string, url: string, options?: Abortable): Promise<LeaseItem>;
   stop(id: string, options?: Abortable): Promise<LeaseItem>;
   acquire(id: string, options: { owner: string } & Abortable): Promise<Lease>;
@@ -202,6 +221,13 @@ export interface WorkerOptions {
    * of the fleet's work and hand the excess over (default true).
    */
   balance?: boolean;
+  /**
+   * Claims wait until the store's clock (measured from the table's answers) is known within
+   * this, ms (default half the clock skew); the worker keeps what it holds meanwhile.
+   */
+  clockToleranceMs?: number;
+  /** Whether claims wait for the store's clock (default true). */
+  waitForStoreClock?: boolean;
   logger?: {
     warn(message: string, fields?: object): void;
     info?(message: string, fields?: object): void;
@@ -230,6 +256,11 @@ export interface WorkerSnapshot {
   /** Session mode with balance: the most held after claiming (the fair share); else null. */
   claimLimit?: number | null;
   stopping: boolean;
+  /** The store's clock minus this host's, as last measured (null: not yet). */
+  clockOffsetMs: number | null;
+  clockUncertaintyMs: number | null;
+  /** Why the worker claims nothing now (it keeps what it holds), if it does not. */
+  claimsPaused: string | null;
 }
 
 export declare class Worker {

@@ -75,7 +75,7 @@ pub use hint::Hint;
 pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem, SessionLoad};
 pub use memory::MemoryStore;
-pub use store_clock::{Estimate, StoreClock, StoreOffset};
+pub use store_clock::{Estimate, StoreClock, StoreOffset, StoreTime};
 
 pub use store::{LeaseStore, OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 #[cfg(feature = "dynamodb")]

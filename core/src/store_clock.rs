@@ -371,21 +371,13 @@ pub enum StoreOffset {
 #[derive(Debug)]
 pub struct StoreClock<C> {
     local: C,
-    trust_ms: u64,
-    state: Mutex<ClockState>,
-}
-
-#[derive(Debug, Default)]
-struct ClockState {
-    estimator: Estimator,
-    /// The offset last applied with a trusted estimate (0 before any).
-    applied_ms: i64,
+    state: Mutex<StoreTime>,
 }
 
 impl<C: Clock> StoreClock<C> {
     /// The store's clock seen from `local`, applied once known within `trust_ms`.
     pub fn new(local: C, trust_ms: u64) -> Self {
-        Self { local, trust_ms, state: Mutex::default() }
+        Self { local, state: Mutex::new(StoreTime::new(trust_ms)) }
     }
 
     /// The local clock it reads.
@@ -399,47 +391,38 @@ impl<C: Clock> StoreClock<C> {
         (self.local.now_ms(), self.local.monotonic_ms())
     }
 
+    fn state(&self) -> std::sync::MutexGuard<'_, StoreTime> {
+        self.state.lock().expect("store clock poisoned")
+    }
+
     /// Takes one store answer in.
     pub fn observe(&self, sample: &Sample) -> Observed {
-        let mut state = self.state.lock().expect("store clock poisoned");
-        let observed = state.estimator.observe(sample);
-        if let Observed::Restarted { kept } = observed {
-            tracing::warn!(kept, "an answer of the store disagreed with its clock as measured: measuring again");
-        }
-        observed
+        self.state().observe(sample)
     }
 
     /// The estimate now (`None` before any answer).
     pub fn estimate(&self) -> Option<Estimate> {
         let (wall, mono) = self.local_now();
-        self.state.lock().expect("store clock poisoned").estimator.estimate(wall, mono)
+        self.state().estimate(wall, mono)
     }
 
     /// When to send the next request (local monotonic ms) to narrow the estimate fastest
     /// ([`Estimator::probe_at`]).
     pub fn probe_at(&self, round_trip_ms: u64) -> u64 {
         let mono = self.local.monotonic_ms();
-        self.state.lock().expect("store clock poisoned").estimator.probe_at(mono, round_trip_ms)
+        self.state().probe_at(mono, round_trip_ms)
     }
 
     /// A copy of the estimator (its counters: wall-clock jumps, restarts).
     pub fn estimator(&self) -> Estimator {
-        self.state.lock().expect("store clock poisoned").estimator.clone()
+        self.state().estimator().clone()
     }
 }
 
 impl<C: Clock> Clock for StoreClock<C> {
     fn now_ms(&self) -> u64 {
         let (wall, mono) = self.local_now();
-        let mut state = self.state.lock().expect("store clock poisoned");
-        if let Some((store, uncertainty)) = state.estimator.store_time(mono).filter(|(_, u)| *u <= self.trust_ms) {
-            // The offset nearest to none (the local clock as it is, when it agrees with the
-            // store as far as measured) that stays within `trust_ms` of the store's time.
-            let middle = store as i64 - wall as i64;
-            let leeway = uncertainty.min(self.trust_ms - uncertainty) as i64;
-            state.applied_ms = 0.clamp(middle - leeway, middle + leeway);
-        }
-        wall.saturating_add_signed(state.applied_ms)
+        self.state().wall_ms(wall, mono)
     }
 
     fn monotonic_ms(&self) -> u64 {
@@ -448,6 +431,60 @@ impl<C: Clock> Clock for StoreClock<C> {
 
     fn store_offset(&self) -> StoreOffset {
         self.estimate().map_or(StoreOffset::Unknown, StoreOffset::Measured)
+    }
+}
+
+/// [`StoreClock`]'s reckoning on local readings given with each call, for a driver that reads
+/// its clocks itself (the Node driver, through wasm).
+#[derive(Debug, Clone)]
+pub struct StoreTime {
+    estimator: Estimator,
+    trust_ms: u64,
+    /// The offset last applied with a trusted estimate (0 before any).
+    applied_ms: i64,
+}
+
+impl StoreTime {
+    /// The store's time, applied once known within `trust_ms`.
+    pub fn new(trust_ms: u64) -> Self {
+        Self { estimator: Estimator::default(), trust_ms, applied_ms: 0 }
+    }
+
+    /// Takes one store answer in.
+    pub fn observe(&mut self, sample: &Sample) -> Observed {
+        let observed = self.estimator.observe(sample);
+        if let Observed::Restarted { kept } = observed {
+            tracing::warn!(kept, "an answer of the store disagreed with its clock as measured: measuring again");
+        }
+        observed
+    }
+
+    /// The store's time (epoch ms) when the local clocks read `wall_ms` and `mono_ms`: the local
+    /// wall clock moved by the offset applied (see [`StoreClock`]).
+    pub fn wall_ms(&mut self, wall_ms: u64, mono_ms: u64) -> u64 {
+        let trusted = self.estimator.store_time(mono_ms).filter(|(_, u)| *u <= self.trust_ms);
+        if let Some((store, uncertainty)) = trusted {
+            // The offset nearest to none (the local clock as it is, when it agrees with the
+            // store as far as measured) that stays within `trust_ms` of the store's time.
+            let middle = store as i64 - wall_ms as i64;
+            let leeway = uncertainty.min(self.trust_ms - uncertainty) as i64;
+            self.applied_ms = 0.clamp(middle - leeway, middle + leeway);
+        }
+        wall_ms.saturating_add_signed(self.applied_ms)
+    }
+
+    /// The estimate at these local readings (`None` before any answer).
+    pub fn estimate(&self, wall_ms: u64, mono_ms: u64) -> Option<Estimate> {
+        self.estimator.estimate(wall_ms, mono_ms)
+    }
+
+    /// [`Estimator::probe_at`].
+    pub fn probe_at(&self, mono_ms: u64, round_trip_ms: u64) -> u64 {
+        self.estimator.probe_at(mono_ms, round_trip_ms)
+    }
+
+    pub fn estimator(&self) -> &Estimator {
+        &self.estimator
     }
 }
 

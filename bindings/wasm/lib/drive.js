@@ -3,7 +3,8 @@
 // feeds every answer back with the clocks and a random draw. No decision is taken here.
 
 const { performance } = require('node:perf_hooks');
-const { send } = require('./io');
+const wasm = require('../pkg/leaselock_wasm.js');
+const { send, measuredAttempt } = require('./io');
 const { fromRust } = require('./errors');
 
 /** Wall clock (expiries are written in it) and monotonic clock (deadlines are measured on it). */
@@ -11,6 +12,47 @@ const clock = {
   now: () => Date.now(),
   mono: () => performance.now(),
 };
+
+/**
+ * A table's clocks: the wall clock on the store's time, measured from the `date` header of
+ * every answer (wasm `StoreClock`, applied once known within `trustMs`), and the monotonic
+ * clock as it is.
+ */
+class TableClock {
+  #store;
+
+  constructor(trustMs) {
+    this.#store = new wasm.StoreClock(trustMs);
+    /** The single-attempt middleware of the table's requests, measuring each answer. */
+    this.attempt = measuredAttempt((sentWall, sentMono, headers) => this.observe(sentWall, sentMono, headers));
+  }
+
+  now() {
+    return this.#store.wallMs(Date.now(), performance.now());
+  }
+
+  mono() {
+    return performance.now();
+  }
+
+  /** One answer's headers, with the local clocks when its request went out. */
+  observe(sentWall, sentMono, headers) {
+    const date = headers?.date;
+    if (typeof date === 'string') {
+      this.#store.observe(sentWall, sentMono, Date.now(), performance.now(), date, headers.age);
+    }
+  }
+
+  /** `{ offsetMs, uncertaintyMs, samples }` (the store's clock minus this host's), or undefined. */
+  estimate() {
+    return this.#store.estimate(Date.now(), performance.now());
+  }
+
+  /** When (`performance.now()`) to send a request so that its answer narrows the estimate most. */
+  probeAt(roundTripMs) {
+    return this.#store.probeAt(performance.now(), roundTripMs);
+  }
+}
 
 /** Resolves after `ms`, or rejects with the signal's reason. */
 function sleep(ms, signal) {
@@ -34,24 +76,26 @@ function sleep(ms, signal) {
 /**
  * Drives `op` (a wasm `Op`) with `client` until it is done; resolves its value or rejects with
  * its error (store errors carry the last SDK error as `cause`). `appendItems`: the caller's
- * actions of a fenced write, appended to its transaction on every attempt.
+ * actions of a fenced write, appended to its transaction on every attempt. `times`: the table's
+ * clock (`TableClock`), which each answer measures.
  */
-async function drive(op, client, signal, appendItems) {
+async function drive(op, client, signal, appendItems, times = clock) {
   let lastError;
   try {
-    let step = JSON.parse(op.resume(clock.now(), clock.mono(), Math.random()));
+    let step = JSON.parse(op.resume(times.now(), times.mono(), Math.random()));
     for (;;) {
       if (step.send !== undefined) {
-        const sent = await send(client, step.send, step.request[step.send], step.timeoutMs, signal, appendItems);
+        const request = step.request[step.send];
+        const sent = await send(client, step.send, request, step.timeoutMs, signal, appendItems, times.attempt);
         if (sent.failure === undefined) {
-          step = JSON.parse(op.answer(clock.now(), clock.mono(), Math.random(), sent.output));
+          step = JSON.parse(op.answer(times.now(), times.mono(), Math.random(), sent.output));
         } else {
           lastError = sent.error;
-          step = JSON.parse(op.failed(clock.now(), clock.mono(), Math.random(), sent.failure));
+          step = JSON.parse(op.failed(times.now(), times.mono(), Math.random(), sent.failure));
         }
       } else if (step.sleep !== undefined) {
         await sleep(step.sleep, signal);
-        step = JSON.parse(op.resume(clock.now(), clock.mono(), Math.random()));
+        step = JSON.parse(op.resume(times.now(), times.mono(), Math.random()));
       } else if (step.fail !== undefined) {
         throw fromRust(step.fail, lastError);
       } else {
@@ -74,4 +118,4 @@ class Serial {
   }
 }
 
-module.exports = { drive, sleep, clock, Serial };
+module.exports = { drive, sleep, clock, Serial, TableClock };

@@ -143,7 +143,7 @@ class LeaderElector {
     const ttl = rules.candidateTtlMs;
     const table = this.#table;
     await table.checkTable({ signal });
-    await drive(call(() => table.rules.registerCandidate(election, entry, ttl)), table.client, signal);
+    await drive(call(() => table.rules.registerCandidate(election, entry, ttl)), table.client, signal, undefined, table.clock);
     const stopHeartbeat = new AbortController();
     const heartbeat = (async () => {
       for (;;) {
@@ -152,7 +152,8 @@ class LeaderElector {
           return;
         }
         try {
-          await drive(table.rules.registerCandidate(election, entry, ttl), table.client, stopHeartbeat.signal);
+          const refresh = table.rules.registerCandidate(election, entry, ttl);
+          await drive(refresh, table.client, stopHeartbeat.signal, undefined, table.clock);
         } catch (e) {
           if (!stopHeartbeat.signal.aborted) {
             process.emitWarning(`candidate refresh of ${election} failed: ${e.message}`);
@@ -160,7 +161,7 @@ class LeaderElector {
         }
       }
     })();
-    const list = () => drive(table.rules.listCandidates(election), table.client, signal);
+    const list = () => drive(table.rules.listCandidates(election), table.client, signal, undefined, table.clock);
     try {
       const waitUntil = clock.mono() + rules.waitMs;
       for (;;) {
@@ -181,7 +182,8 @@ class LeaderElector {
     } finally {
       stopHeartbeat.abort();
       await heartbeat;
-      await drive(table.rules.withdrawCandidate(election, rules.owner), table.client).catch((e) => {
+      const withdraw = table.rules.withdrawCandidate(election, rules.owner);
+      await drive(withdraw, table.client, undefined, undefined, table.clock).catch((e) => {
         process.emitWarning(`candidate withdrawal from ${election} failed: ${e.message}`);
       });
     }

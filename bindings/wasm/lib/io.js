@@ -2,6 +2,7 @@
 // The only I/O of a lease operation: one request sent with the caller's DynamoDBClient, and
 // what came back, described for the protocol (which decides what it means).
 
+const { performance } = require('node:perf_hooks');
 const ddb = require('@aws-sdk/client-dynamodb');
 
 /** The SDK command of each request the protocol sends (its input is the request's JSON). */
@@ -32,10 +33,34 @@ function singleAttempt(next) {
     try {
       return await next(args);
     } catch (error) {
-      const wrapped = new Error('leaselock: one attempt');
-      wrapped.name = ATTEMPT;
-      wrapped.attemptError = error;
-      throw wrapped;
+      throw oneAttempt(error);
+    }
+  };
+}
+
+function oneAttempt(error) {
+  const wrapped = new Error('leaselock: one attempt');
+  wrapped.name = ATTEMPT;
+  wrapped.attemptError = error;
+  return wrapped;
+}
+
+/**
+ * `singleAttempt` that also hands each answer's headers (its `date` and `age` measure the
+ * store's clock), with the local clocks when the request went out, to `observe(sentWall,
+ * sentMono, headers)`: a refusal measures as well as a success.
+ */
+function measuredAttempt(observe) {
+  return (next) => async (args) => {
+    const sentWall = Date.now();
+    const sentMono = performance.now();
+    try {
+      const out = await next(args);
+      observe(sentWall, sentMono, out.response?.headers);
+      return out;
+    } catch (error) {
+      observe(sentWall, sentMono, error?.$response?.headers);
+      throw oneAttempt(error);
     }
   };
 }
@@ -102,15 +127,16 @@ class AttemptSignal {
  * Sends one request. Resolves `{ output }` (JSON text) or `{ failure }` (what the failure was:
  * name, message, HTTP status, Node error code, the old item of a failed condition, a cancelled
  * transaction's reasons, whether the attempt ran out of time). Rejects only with the caller's
- * abort reason.
+ * abort reason. `oneAttemptOf`: the single-attempt middleware (`measuredAttempt` of the table's
+ * clock).
  */
-async function send(client, operation, input, timeoutMs, signal, appendItems) {
+async function send(client, operation, input, timeoutMs, signal, appendItems, oneAttemptOf = singleAttempt) {
   const Command = COMMANDS[operation];
   if (appendItems !== undefined) {
     input.TransactItems.push(...appendItems);
   }
   const command = new Command(input);
-  command.middlewareStack.addRelativeTo(singleAttempt, SINGLE_ATTEMPT);
+  command.middlewareStack.addRelativeTo(oneAttemptOf, SINGLE_ATTEMPT);
   const attempt = new AttemptSignal();
   let timedOut = false;
   const timer = setTimeout(() => {
@@ -147,4 +173,4 @@ function describe(error, timedOut) {
   };
 }
 
-module.exports = { send, outputJson, COMMANDS };
+module.exports = { send, outputJson, measuredAttempt, COMMANDS };

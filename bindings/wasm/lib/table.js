@@ -3,7 +3,8 @@
 // wasm and drives it with the caller's DynamoDBClient.
 
 const wasm = require('../pkg/leaselock_wasm.js');
-const { drive, Serial } = require('./drive');
+const { drive, sleep, Serial, TableClock } = require('./drive');
+const { send } = require('./io');
 const { LeaseLostError, invalid } = require('./errors');
 const { call, count, json, text } = require('./args');
 const { Keeper } = require('./keeper');
@@ -42,6 +43,11 @@ class LeaseTable {
     }
     this.client = client;
     this.#rules = call(() => new wasm.Table(json('options', rest)));
+    /**
+     * The table's clock: the store's, measured from every answer's `date` header and applied
+     * to the wall clock once known within half the clock skew (see `measureClock`).
+     */
+    this.clock = new TableClock(this.#rules.clockSkewMs / 2);
   }
 
   get tableName() {
@@ -82,7 +88,7 @@ class LeaseTable {
 
   async #run(makeOp, signal, appendItems) {
     signal?.throwIfAborted();
-    return drive(call(makeOp), this.client, signal, appendItems);
+    return drive(call(makeOp), this.client, signal, appendItems, this.clock);
   }
 
   /** A claim: its arguments checked first, then the table (once), then the claim itself. */
@@ -95,7 +101,7 @@ class LeaseTable {
       op.free();
       throw e;
     }
-    return drive(op, this.client, signal);
+    return drive(op, this.client, signal, undefined, this.clock);
   }
 
   /**
@@ -111,7 +117,7 @@ class LeaseTable {
     signal?.throwIfAborted();
     if (this.#checked === undefined) {
       // Not tied to one caller's signal: the callers waiting for it may differ.
-      const checked = drive(call(() => this.#rules.checkTable()), this.client);
+      const checked = drive(call(() => this.#rules.checkTable()), this.client, undefined, undefined, this.clock);
       this.#checked = checked;
       checked.catch(() => {
         if (this.#checked === checked) {
@@ -120,6 +126,36 @@ class LeaseTable {
       });
     }
     return signal === undefined ? this.#checked : abortable(this.#checked, signal);
+  }
+
+  /**
+   * The store's clock against this host's as measured so far from the table's answers:
+   * `{ offsetMs, uncertaintyMs, samples }` (offset: the store's clock minus this host's), or
+   * undefined before any answer.
+   */
+  clockEstimate() {
+    return this.clock.estimate();
+  }
+
+  /**
+   * Measures the store's clock until it is known within `withinMs` (default half the clock
+   * skew): at most 12 DescribeTable requests (no capacity used), each sent when its answer
+   * narrows the estimate most, about one a second. Resolves `clockEstimate()`.
+   */
+  async measureClock({ withinMs = this.clockSkewMs / 2, signal } = {}) {
+    let roundTripMs = 10;
+    for (let probe = 0; probe < 12; probe++) {
+      const known = this.clock.estimate();
+      if (known !== undefined && known.uncertaintyMs <= withinMs) {
+        break;
+      }
+      await sleep(Math.max(0, this.clock.probeAt(roundTripMs) - this.clock.mono()), signal);
+      const sent = this.clock.mono();
+      const input = { TableName: this.tableName };
+      await send(this.client, 'DescribeTable', input, 2_000, signal, undefined, this.clock.attempt);
+      roundTripMs = Math.min(500, Math.max(1, Math.round(this.clock.mono() - sent)));
+    }
+    return this.clock.estimate();
   }
 
   /** Creates the table, its indexes and TTL when missing, and waits until they are active. */
@@ -134,7 +170,7 @@ class LeaseTable {
 
   /** Marks `id` STOPPED; rejects with LeaseNotFoundError when it has no item. */
   async stop(id, { signal } = {}) {
-    return this.#run(() => this.#rules.stop(text('id', id), Date.now()), signal);
+    return this.#run(() => this.#rules.stop(text('id', id), this.clock.now()), signal);
   }
 
   /**
@@ -283,7 +319,7 @@ class LeaseTable {
     }
     const token = crypto.randomUUID();
     const checkpoint = seq === undefined ? -1 : count('checkpoint', seq);
-    const op = () => this.#rules.fencedWrite(JSON.stringify(data), Date.now(), checkpoint, items.length, token);
+    const op = () => this.#rules.fencedWrite(JSON.stringify(data), this.clock.now(), checkpoint, items.length, token);
     return this.#run(op, signal, items);
   }
 }

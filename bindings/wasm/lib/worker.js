@@ -116,6 +116,8 @@ class Worker {
   #reads = new AbortController();
   #wake;
   #shutdownAsked = false;
+  /** The store's clock as last told to the engine. */
+  #clockTold;
   #shutdownSent = false;
   #finished = false;
 
@@ -124,7 +126,10 @@ class Worker {
    *   optionally `sqs` + `queueUrl` (START hints), `maxConnections`, `workerId`,
    *   `orphanIntervalMs`, `desiredStateIntervalMs`, `handlerGraceMs`, `hintWaitMs`, `indexLagMs`,
    *   `metricsIntervalMs`, `metricsNamespace`, `metrics` (where the EMF lines go: a function of
-   *   the line, default stdout), `logger`, and `balance` (session mode; default true).
+   *   the line, default stdout), `logger`, `balance` (session mode; default true),
+   *   `clockToleranceMs` (claims wait until the store's clock, measured from the table's
+   *   answers, is known within it; default half the clock skew) and `waitForStoreClock`
+   *   (default true; false claims on this host's clock until the store's is known).
    */
   constructor(options) {
     const { table, sqs, handler, logger, metrics, ...rest } = options ?? {};
@@ -143,7 +148,7 @@ class Worker {
     const workerId = rest.workerId ?? defaultWorkerId();
     const settings = json('options', { ...rest, workerId, hints: sqs !== undefined });
     const seed = Math.floor(Math.random() * 2 ** 53);
-    this.#engine = call(() => wasm.WorkerEngine.forWorker(table.rules, settings, seed, clock.now(), clock.mono()));
+    this.#engine = call(() => wasm.WorkerEngine.forWorker(table.rules, settings, seed, table.clock.now(), clock.mono()));
     this.#settings = this.#engine.settings;
     this.#table = table;
     this.#sqs = sqs;
@@ -183,6 +188,11 @@ class Worker {
     const engine = this.#engine;
     try {
       await this.#table.checkTable({ signal });
+      const { waitForStoreClock, clockToleranceMs } = this.#settings;
+      if (waitForStoreClock) {
+        // The store's clock measured before the first claim (the engine waits for it).
+        await this.#table.measureClock({ withinMs: clockToleranceMs ?? this.#table.clockSkewMs / 2, signal });
+      }
       this.#logger.info?.('worker started', { workerId: this.workerId, maxConnections: this.#settings.maxConnections });
       for (;;) {
         this.#runCommands();
@@ -190,16 +200,18 @@ class Worker {
           break;
         }
         await this.#sleep();
+        const times = this.#table.clock;
         if (this.#shutdownAsked && !this.#shutdownSent) {
           this.#shutdownSent = true;
-          engine.shutdown(clock.now(), clock.mono());
+          engine.shutdown(times.now(), times.mono());
         }
+        this.#tellStoreClock();
         const events = this.#events.splice(0);
         for (const event of events) {
-          event(clock.now(), clock.mono());
+          event(times.now(), times.mono());
         }
         if (events.length === 0) {
-          engine.handleTimeout(clock.now(), clock.mono());
+          engine.handleTimeout(times.now(), times.mono());
         }
         this.#flushLogs();
       }
@@ -215,6 +227,17 @@ class Worker {
       process.removeListener('SIGINT', stop);
       signal?.removeEventListener('abort', stop);
     }
+  }
+
+  /** The store's clock as measured now, when it changed since the engine was last told. */
+  #tellStoreClock() {
+    const e = this.#table.clock.estimate();
+    const told = this.#clockTold;
+    if (e === undefined || (e.offsetMs === told?.offsetMs && e.uncertaintyMs === told?.uncertaintyMs)) {
+      return;
+    }
+    this.#clockTold = e;
+    this.#engine.storeClock(e.offsetMs, e.uncertaintyMs, this.#table.clock.now(), clock.mono());
   }
 
   /** Resolves at the engine's next timeout, or as soon as an answer or a shutdown comes in. */
@@ -306,7 +329,7 @@ class Worker {
         this.#sendHint(c.id);
         break;
       case 'emitMetrics':
-        this.#metrics(this.#engine.metricsLine(clock.now()));
+        this.#metrics(this.#engine.metricsLine(this.#table.clock.now()));
         break;
       case 'finished':
         this.#finished = true;
@@ -353,7 +376,7 @@ class Worker {
     };
     const signal = deadline ?? (read ? this.#reads.signal : undefined);
     this.#track(
-      drive(stepper, this.#table.client, signal).then(
+      drive(stepper, this.#table.client, signal, undefined, this.#table.clock).then(
         () => (now, mono) => engine.finish(op, now, mono),
         () =>
           deadline?.aborted ? (now, mono) => engine.pastDeadline(op, `session/${this.workerId}`, now, mono) : undefined,

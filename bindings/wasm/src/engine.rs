@@ -266,7 +266,9 @@ impl WorkerEngine {
             hints: s.hints,
             hint_wait_ms: s.hint_wait_ms,
             index_lag_ms: s.index_lag_ms,
-            clock_tolerance_ms: None,
+            clock_tolerance_ms: s
+                .wait_for_store_clock
+                .then(|| s.clock_tolerance_ms.unwrap_or(table.config.skew_ms() / 2)),
         };
         let (engine, logs) =
             logs::capture(|| Engine::new(settings, table.config.clone(), seed as u64, now(wall_ms, mono_ms)));
@@ -486,6 +488,14 @@ impl WorkerEngine {
         Ok(())
     }
 
+    /// The store's clock as measured now (the table's `StoreClock`): claims wait until it is
+    /// known within the worker's tolerance.
+    #[wasm_bindgen(js_name = storeClock)]
+    pub fn store_clock(&mut self, offset_ms: f64, uncertainty_ms: f64, wall_ms: f64, mono_ms: f64) {
+        let event = Event::StoreClock { offset_ms: offset_ms as i64, uncertainty_ms: uncertainty_ms.max(0.0) as u64 };
+        self.with_logs(|e| e.handle(event, now(wall_ms, mono_ms)));
+    }
+
     /// Stop taking work, cancel every handler, release everything.
     pub fn shutdown(&mut self, wall_ms: f64, mono_ms: f64) {
         self.with_logs(|e| e.handle(Event::Shutdown, now(wall_ms, mono_ms)));
@@ -523,6 +533,9 @@ impl WorkerEngine {
             v["claimLimit"] = json!(s.claim_limit);
         }
         v["stopping"] = json!(s.stopping);
+        v["clockOffsetMs"] = json!(s.clock_offset_ms);
+        v["clockUncertaintyMs"] = json!(s.clock_uncertainty_ms);
+        v["claimsPaused"] = json!(s.claims_paused);
         to_js(&v)
     }
 

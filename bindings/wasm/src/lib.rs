@@ -19,6 +19,7 @@ mod lease;
 mod logs;
 mod protocol;
 mod session;
+mod store_clock;
 mod worker;
 
 use leaselock::protocol::{

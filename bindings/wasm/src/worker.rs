@@ -34,6 +34,10 @@ pub struct Settings {
     pub metrics_namespace: String,
     /// Session mode: claim no more than the fair share and hand the excess over.
     pub balance: bool,
+    /// Claims wait until the store's clock is known within this (none: half the clock skew).
+    pub clock_tolerance_ms: Option<u64>,
+    /// Whether claims wait for the store's clock at all.
+    pub wait_for_store_clock: bool,
 }
 
 const SETTINGS: &[&str] = &[
@@ -47,6 +51,8 @@ const SETTINGS: &[&str] = &[
     "metricsIntervalMs",
     "metricsNamespace",
     "balance",
+    "clockToleranceMs",
+    "waitForStoreClock",
     "hints",
 ];
 
@@ -81,6 +87,15 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         Some(Value::Bool(b)) => *b,
         Some(v) => return Err(invalid("balance", format!("{v} is not true or false"))),
     };
+    let wait_for_store_clock = match map.get("waitForStoreClock") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(invalid("waitForStoreClock", format!("{v} is not true or false"))),
+    };
+    let clock_tolerance_ms = match map.get("clockToleranceMs") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(num("clockToleranceMs", 0, 1)?),
+    };
     match map.get("queueUrl") {
         None | Some(Value::Null) if hints => return Err(invalid("queueUrl", "required with sqs")),
         Some(Value::String(_)) if !hints => return Err(invalid("sqs", "an SQSClient is required with queueUrl")),
@@ -112,6 +127,8 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         metrics_namespace,
         hints,
         balance,
+        clock_tolerance_ms,
+        wait_for_store_clock,
     };
     let max_wait = ms(decide::MAX_HINT_WAIT);
     if settings.hint_wait_ms > max_wait {
@@ -126,6 +143,7 @@ pub fn settings(json: &str) -> leaselock::Result<Settings> {
         ("desiredStateIntervalMs", settings.desired_state_interval_ms),
         ("handlerGraceMs", settings.handler_grace_ms),
         ("metricsIntervalMs", settings.metrics_interval_ms),
+        ("clockToleranceMs", settings.clock_tolerance_ms.unwrap_or(1)),
     ] {
         leaselock::config::validate_duration(field, std::time::Duration::from_millis(v))?;
     }
@@ -170,6 +188,18 @@ mod tests {
         assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
         assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);
         assert!(!settings(r#"{"workerId":"w","balance":false}"#).unwrap().balance);
+    }
+
+    #[test]
+    fn claims_wait_for_the_store_clock_unless_told_otherwise() {
+        let s = settings(r#"{"workerId":"w"}"#).unwrap();
+        assert_eq!((s.clock_tolerance_ms, s.wait_for_store_clock), (None, true));
+        let s = settings(r#"{"workerId":"w","clockToleranceMs":80,"waitForStoreClock":false}"#).unwrap();
+        assert_eq!((s.clock_tolerance_ms, s.wait_for_store_clock), (Some(80), false));
+        let err = |json: &str| settings(json).unwrap_err().to_string();
+        assert!(err(r#"{"workerId":"w","clockToleranceMs":0}"#).contains("clockToleranceMs"));
+        assert!(err(r#"{"workerId":"w","clockToleranceMs":1e15}"#).contains("clockToleranceMs"));
+        assert!(err(r#"{"workerId":"w","waitForStoreClock":1}"#).contains("waitForStoreClock"));
     }
 
     #[test]

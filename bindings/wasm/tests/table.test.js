@@ -204,3 +204,15 @@ test('an aborted signal rejects with its reason', async () => {
   controller.abort(new Error('stop here'));
   await assert.rejects(table.get('a', { signal: controller.signal }), /stop here/);
 });
+
+test("every answer measures the store's clock; measureClock narrows it with a few timed requests", async () => {
+  const table = await freshTable();
+  // createTable and checkTable answered: measured, a second or so wide.
+  const first = table.clockEstimate();
+  assert.ok(first !== undefined && first.samples >= 1, JSON.stringify(first));
+  const measured = await table.measureClock({ withinMs: 25 });
+  // The local engine runs on this host's clock: the true offset is 0.
+  assert.ok(measured.uncertaintyMs <= 25, JSON.stringify(measured));
+  assert.ok(Math.abs(measured.offsetMs) <= measured.uncertaintyMs + 2, JSON.stringify(measured));
+  assert.ok(Math.abs(table.clock.now() - Date.now()) <= 2 * measured.uncertaintyMs + 5);
+});

@@ -177,3 +177,34 @@ test('LEASELOCK_LOG sets the default logger level as the Rust and Python workers
   assert.equal(at('hyper=trace,warn'), 'warn');
   assert.equal(at('off'), 'off');
 });
+
+test("the worker claims once the store's clock is measured; its snapshot and metrics lines carry it", LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['c1']);
+  const { conns, handler } = recorder();
+  const lines = [];
+  const metrics = (line) => lines.push(JSON.parse(line));
+  const worker = new Worker({ table, handler, orphanIntervalMs: 200, metricsIntervalMs: 300, metrics, logger: quiet });
+  runWorker(t, worker);
+  await eventually(() => conns.size === 1, 10_000, 'claimed');
+  const snap = worker.snapshot();
+  assert.equal(snap.claimsPaused, null);
+  assert.ok(snap.clockUncertaintyMs <= FAST.clockSkewMs / 2, JSON.stringify(snap));
+  assert.ok(Math.abs(snap.clockOffsetMs) <= snap.clockUncertaintyMs + 2, JSON.stringify(snap));
+  await eventually(() => lines.some((l) => 'ClockOffsetMs' in l), 5_000, 'a metrics line with the clock');
+  const line = lines.find((l) => 'ClockOffsetMs' in l);
+  const names = line._aws.CloudWatchMetrics[0].Metrics.map((m) => m.Name);
+  assert.ok(names.includes('ClockOffsetMs') && names.includes('ClockUncertaintyMs'), names.join());
+  assert.ok(Number.isInteger(line.ClockOffsetMs) && Math.abs(line.ClockOffsetMs) <= line.ClockUncertaintyMs + 2);
+});
+
+test("claims wait for the store's clock: a worker told to measure it within 1 ms claims nothing", LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['c2']);
+  const { conns, handler } = recorder();
+  const worker = new Worker({ table, handler, orphanIntervalMs: 200, clockToleranceMs: 1, logger: quiet });
+  runWorker(t, worker);
+  await eventually(() => worker.snapshot().orphanPolls >= 3, 30_000, 'polling');
+  assert.equal(conns.size, 0);
+  assert.match(worker.snapshot().claimsPaused, /not within the tolerance of 1 ms/);
+});

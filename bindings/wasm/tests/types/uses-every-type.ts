@@ -34,6 +34,7 @@ import type {
   AttributeNames,
   CancelReason,
   CandidateInfo,
+  ClockEstimate,
   DesiredState,
   ElectionOutcome,
   ElectionStrategy,
@@ -71,6 +72,8 @@ async function leases(signal: AbortSignal): Promise<void> {
   const abortable: Abortable = { signal };
   const replication: TableReplication = await table.checkTable(abortable);
   const regions: string[] = replication.kind === 'strong' ? replication.regions : [];
+  const measured: ClockEstimate | undefined = await table.measureClock({ withinMs: 100, ...abortable });
+  const offset: number | undefined = (measured ?? table.clockEstimate())?.offsetMs;
   const lease: Lease = await table.acquire('a', { owner: 'w', ...abortable });
   const data: LeaseData = lease.toJSON();
   const state: DesiredState | null = data.desiredState;
@@ -84,7 +87,7 @@ async function leases(signal: AbortSignal): Promise<void> {
   await session.renew({ load });
   const listed: SessionItem[] = await sessions.sessions();
   await session.end({ load });
-  console.log(mode, shards, state, item, states, fence, listed, lease.session?.epoch);
+  console.log(mode, shards, state, item, states, fence, listed, lease.session?.epoch, regions, offset);
 }
 
 async function worker(): Promise<WorkerSnapshot> {
@@ -108,12 +111,19 @@ async function worker(): Promise<WorkerSnapshot> {
     metricsNamespace: 'leaselock',
     metrics: (line: string) => console.log(line),
     balance: true,
+    clockToleranceMs: 500,
+    waitForStoreClock: true,
     logger: { warn: console.warn, info: console.info, error: console.error },
   };
   const w = new Worker(options);
   const snapshot: WorkerSnapshot = w.snapshot();
   const limit: number | null | undefined = snapshot.claimLimit;
-  console.log(w.workerId, limit, snapshot.handedOver);
+  const clock: [number | null, number | null, string | null] = [
+    snapshot.clockOffsetMs,
+    snapshot.clockUncertaintyMs,
+    snapshot.claimsPaused,
+  ];
+  console.log(w.workerId, limit, snapshot.handedOver, clock);
   w.shutdown();
   return w.run();
 }
