@@ -393,7 +393,10 @@ def fleet_section(fs: Dict[str, Any] | None) -> str:
       "operation is billed to the partition values it touches as DynamoDB bills them (items under 1 KB: one write "
       "unit per item written, two for an index entry whose key moves, twice that in a transaction; reads 4 KB per "
       "unit, halved). The figures are the peak units in one second of the hottest partition value of each place; "
-      "DynamoDB serves about 1,000 write units per second per partition value. Handlers do not checkpoint here: "
+      "DynamoDB serves about 1,000 write and 3,000 read units per second per partition value, and the simulation "
+      "throttles as it does (no burst: a request that would take any partition value it touches, table or index, "
+      "past that in one second is answered throttled and not applied, and the driver retries it with the "
+      "protocol's backoff within the operation's budget). Handlers do not checkpoint here: "
       "each checkpoint adds one table write and one orphan-index write on `STARTED` in both modes. "
       "A mode named with shards runs per-item mode with the orphan index sharded "
       "(`TableConfig::orphan_shards`: running work over `STARTED#0..N-1`, orphan queries reading every shard); "
@@ -417,6 +420,9 @@ def fleet_section(fs: Dict[str, Any] | None) -> str:
             row(f"{phase.replace('_', ' ')}: peak {place}, units/s",
                 lambda m, phase=phase, place=place: fmt(m["phases"][phase]["peaks"][place]["units_per_s"], 1)
                 + f" (`{m['phases'][phase]['peaks'][place]['partition'][:24]}`)")
+    for phase in ["cold_start", "steady", "crash", "rolling_deploy"]:
+        row(f"{phase.replace('_', ' ')}: requests answered throttled",
+            lambda m, phase=phase: fmt(m["phases"][phase]["throttled"]["requests"]))
     def held_after(p: Dict[str, Any]) -> str:
         if p["all_held_after_ms"] is None:
             return f"not within {fmt(p.get('limit_ms'))} ms"
