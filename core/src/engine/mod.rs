@@ -472,6 +472,11 @@ struct HeldEntry {
     abort_at: Option<u64>,
     /// The handler has ended: the lease is being released (or left to the session's end).
     ended: bool,
+    /// Session mode: a release that failed is sent again then (monotonic ms), and how many
+    /// failed. Work held under a live session never expires: given up, it would stay ours with
+    /// no handler until the session ends.
+    release_again_at: Option<u64>,
+    release_failures: u32,
 }
 
 #[derive(Debug)]
@@ -973,6 +978,24 @@ impl Engine {
         }
     }
 
+    /// Session mode: whether the failed release of `id` is sent again (after a pause that grows
+    /// with each failure, at most one renew interval). It is while the work is held under the
+    /// live session and the worker is not stopping (the session's end then frees it); per-item
+    /// work expires by itself.
+    fn release_again(&mut self, id: &str) -> bool {
+        let live = self.live_session().map(|s| s.epoch);
+        let (now, renew_ms, stopping) = (self.now.mono_ms, self.config.renew_ms(), self.stopping);
+        let Some(Tracked::Held(h)) = self.tracked.get_mut(id) else { return false };
+        if stopping || live.is_none() || h.session_epoch != live {
+            return false;
+        }
+        let pause = (250u64 << h.release_failures.min(8)).min(renew_ms);
+        h.release_failures += 1;
+        h.release_again_at = Some(now + pause);
+        self.dirty.insert(id.to_string());
+        true
+    }
+
     fn forget(&mut self, id: &str) {
         if self.tracked.remove(id).is_some() {
             self.commands.push_back(Command::Forget { id: id.to_string() });
@@ -1181,6 +1204,8 @@ impl Engine {
             reason: None,
             abort_at: None,
             ended: false,
+            release_again_at: None,
+            release_failures: 0,
         };
         self.tracked.insert(id.clone(), Tracked::Held(Box::new(entry)));
         self.dirty.insert(id.clone());
@@ -1228,6 +1253,10 @@ impl Engine {
                     }
                     Answer::Failed(Error::Lost { .. }) => {
                         debug!(connection_id = %id, "already taken over; nothing to release")
+                    }
+                    Answer::Failed(e) if self.release_again(&id) => {
+                        warn!(connection_id = %id, error = %e, "release failed; sent again shortly");
+                        return;
                     }
                     Answer::Failed(e) => {
                         warn!(connection_id = %id, error = %e, "release failed; the lease will expire")
@@ -2062,7 +2091,8 @@ impl Engine {
         let now = self.now.mono_ms;
         for id in std::mem::take(&mut self.dirty) {
             let Some(Tracked::Held(h)) = self.tracked.get(&id) else { continue };
-            let mut at = h.abort_at.filter(|_| !h.ended).unwrap_or(u64::MAX);
+            let mut at =
+                h.abort_at.filter(|_| !h.ended).unwrap_or(u64::MAX).min(h.release_again_at.unwrap_or(u64::MAX));
             if h.keeping {
                 at = at.min(match (h.renewing, h.keeper.poll(now)) {
                     (Some(_), _) => h.keeper.deadline_mono_ms(),
@@ -2085,6 +2115,7 @@ impl Engine {
         let mut deadline = Vec::new();
         let mut renew = Vec::new();
         let mut abort = Vec::new();
+        let mut release = Vec::new();
         let mut due = BTreeSet::new();
         while let Some(std::cmp::Reverse((at, _))) = self.wakes.peek() {
             if *at > now {
@@ -2100,6 +2131,10 @@ impl Engine {
                 h.abort_at = None;
                 abort.push(id.clone());
             }
+            if h.release_again_at.is_some_and(|at| at <= now) {
+                h.release_again_at = None;
+                release.push(id.clone());
+            }
             if !h.keeping {
                 continue;
             }
@@ -2113,6 +2148,14 @@ impl Engine {
         }
         for id in abort {
             self.commands.push_back(Command::AbortHandler { id });
+        }
+        for id in release {
+            if self.stopping {
+                // The session's end frees it with everything else.
+                self.forget(&id);
+            } else {
+                self.run(Op::Release { id: id.clone() }, Pending::Release { id });
+            }
         }
         for id in deadline {
             if !self.cancel(&id, CancelReason::Deadline) {

@@ -139,11 +139,21 @@ pub struct Behaviour {
     /// and not applied; the driver retries it with the protocol's backoff until the operation's
     /// budget ends, then the engine gets the protocol's failure (`Throttled`, `Lost` for renewals).
     pub throttle: bool,
+    /// The next this many releases of held work fail (`Throttled`, nothing applied), as a
+    /// release whose retries a throttled partition outlasted does.
+    pub failing_releases: u32,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Self { latency_ms: 5, claim_answer_delay_ms: 0, handler_stop_ms: 10, stubborn: Vec::new(), throttle: false }
+        Self {
+            latency_ms: 5,
+            claim_answer_delay_ms: 0,
+            handler_stop_ms: 10,
+            stubborn: Vec::new(),
+            throttle: false,
+            failing_releases: 0,
+        }
     }
 }
 
@@ -648,6 +658,10 @@ impl Sim {
                 },
                 None => Answer::Failed(Error::Lost { id }),
             },
+            Op::Release { .. } if self.behaviour.failing_releases > 0 => {
+                self.behaviour.failing_releases -= 1;
+                Answer::Failed(Error::Throttled)
+            }
             Op::Release { id } => match node.copies.get(&id) {
                 Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
                 None => Answer::Failed(Error::Lost { id }),

@@ -795,3 +795,28 @@ fn a_cold_start_on_one_hot_orphan_partition_is_throttled_kept_within_its_limits_
     assert!(free.partitions.peak[super::sim::ORPHAN_INDEX].0 > 1_000.0, "{:?}", free.partitions.peak);
     assert!(free.partitions.throttled.is_empty());
 }
+
+/// Session mode: a release that fails (its retries outlasted by a throttled partition) is sent
+/// again. Given up, the work would stay held under the live session (the sentinel never
+/// expires) with no handler: STARTed again, nobody would run it until that session ended.
+#[test]
+fn a_failed_session_release_is_sent_again_so_the_work_is_not_left_held_without_a_handler() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    let ids = start_work(&sim, 2);
+    let a = sim.spawn(settings("a", 10), 90);
+    let b = sim.spawn(settings("b", 10), 91);
+    assert!(sim.run_while(30_000, 10, |s| s.all_held_once(&ids)), "held");
+    let id = ids[0].clone();
+    let holder = sim.running_on(&id)[0];
+    sim.behaviour.failing_releases = 3;
+    block_on(sim.store.stop(&id)).unwrap();
+    let stopped_at = sim.clock.monotonic_ms();
+    // Released within the desired-state interval (10 s) and the retries' pauses (0.25 + 0.5 + 1 s).
+    let released = sim.run_while(stopped_at + 15_000, 10, |s| s.holder_of(&id).is_none());
+    assert!(released, "released in the end (holder {:?})", sim.holder_of(&id));
+    assert_eq!(sim.behaviour.failing_releases, 0);
+    block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+    let started_at = sim.clock.monotonic_ms();
+    assert!(sim.run_while(started_at + 10_000, 10, |s| s.running_on(&id).len() == 1), "runs again");
+    assert!([a, b].contains(&holder) && ids.iter().all(|id| sim.running_on(id).len() == 1));
+}
