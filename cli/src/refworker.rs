@@ -47,6 +47,17 @@ pub struct WorkerArgs {
     /// its last write.
     #[arg(long, env = "LEASELOCK_INDEX_LAG_MS", default_value_t = leaselock::worker::DEFAULT_INDEX_LAG.as_millis() as u64)]
     pub index_lag_ms: u64,
+    /// Claims wait until the store's clock (measured from DynamoDB's answers) is known within
+    /// this, ms (default: half the clock skew).
+    #[arg(long, env = "LEASELOCK_CLOCK_TOLERANCE_MS")]
+    pub clock_tolerance_ms: Option<u64>,
+    /// Claim on this host's clock until the store's is known, instead of waiting for it.
+    #[arg(long, env = "LEASELOCK_NO_WAIT_FOR_STORE_CLOCK")]
+    pub no_wait_for_store_clock: bool,
+    /// Leases on this host's wall clock as it is, not on the store's (nothing is measured):
+    /// only for hosts whose clocks are known to agree.
+    #[arg(long, env = "LEASELOCK_LOCAL_CLOCK")]
+    pub local_clock: bool,
 }
 
 /// The messages table row written for `msg` under the connection's lease: one item per
@@ -129,7 +140,10 @@ async fn stream(conn: Connection, ctx: Arc<Context>) -> Result<(), BoxError> {
 }
 
 pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
-    let table = crate::ops::connect_checked(args).await?;
+    let mut table = crate::ops::connect_checked(args).await?;
+    if w.local_clock {
+        table = table.with_clock(Arc::new(leaselock::SystemClock));
+    }
     let client = table.client().clone();
     let store: Arc<dyn LeaseStore> = Arc::new(table);
     let mut builder = Worker::builder(store)
@@ -139,7 +153,11 @@ pub async fn run(args: &TableArgs, w: WorkerArgs) -> CliResult {
         .metrics_interval(Duration::from_millis(w.metrics_interval_ms))
         .metrics_namespace(&w.metrics_namespace)
         .index_lag(Duration::from_millis(w.index_lag_ms))
-        .balance(!w.no_balance);
+        .balance(!w.no_balance)
+        .wait_for_store_clock(!w.no_wait_for_store_clock);
+    if let Some(ms) = w.clock_tolerance_ms {
+        builder = builder.clock_tolerance(Duration::from_millis(ms));
+    }
     let worker_id = w.worker_id.clone().unwrap_or_else(leaselock::worker::default_worker_id);
     builder = builder.worker_id(&worker_id);
     if let Some(queue_url) = &w.queue_url {
