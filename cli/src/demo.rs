@@ -320,6 +320,12 @@ impl<'a> Launch<'a> {
 
 /// Waits (polling the logs, bounded) until every worker has said `worker NAME: running`, which
 /// each language prints as its worker starts.
+/// What a worker's engine logs (info) once the store's clock is measured within its tolerance:
+/// it claims from then on, not before.
+const CLAIMS_RESUME: &str = "the store's clock is measured: claims resume";
+
+/// Waits until every worker says it runs and may claim (its clock measured against the store's),
+/// so that no worker takes the first streams only because it was ready sooner.
 async fn wait_running(fleet: &mut Fleet, logs: &Path, limit: Duration) -> CliResult {
     let until = Instant::now() + limit;
     let all: Vec<usize> = (0..fleet.children.len()).collect();
@@ -331,7 +337,7 @@ async fn wait_running(fleet: &mut Fleet, logs: &Path, limit: Duration) -> CliRes
             .map(|(name, _)| name.as_str())
             .filter(|name| {
                 let log = std::fs::read_to_string(logs.join(format!("{name}.log"))).unwrap_or_default();
-                !log.contains(&format!("worker {name}: running"))
+                !(log.contains(&format!("worker {name}: running")) && log.contains(CLAIMS_RESUME))
             })
             .collect();
         if waiting.is_empty() {
