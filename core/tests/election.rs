@@ -360,6 +360,9 @@ async fn dynamodb_registry_prunes_long_expired_candidates_but_never_a_live_regis
     use leaselock::election::CandidateRegistry;
     use leaselock::protocol::election::refresh_request;
     let Some(table) = common::table(TableConfig::new("prune"), None).await else { return };
+    // Its waits are timed on this process's clock: the table decides on the same one (the
+    // store's clock, as measured, can be behind it by up to its uncertainty, past the margins).
+    let table = table.with_clock(Arc::new(SystemClock));
     let grace = Duration::from_millis(1_500);
     let registry = DynamoRegistry::for_table(&table).prune_after(grace);
     let election = "candidates/p";
