@@ -200,6 +200,7 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     w(f"| client CPU per renew: boto3 / Python | {ratio(g('boto3_cpu_us_per_renew'), g('python_cpu_us_per_renew'))} | target >= 4x |")
     w(f"| client CPU per renew: Python asyncio / Rust, boto3 / Python asyncio | {ratio(g('python_async_cpu_us_per_renew'), g('rust_cpu_us_per_renew'))}, {ratio(g('boto3_cpu_us_per_renew'), g('python_async_cpu_us_per_renew'))} | targets <= 1.25x, >= 4x |")
     w(f"| client CPU per renew: Node / JS SDK | {ratio(g('node_cpu_us_per_renew'), g('jssdk_cpu_us_per_renew'))} | target <= 1.3x |")
+    w(f"| client CPU per renew, Rust, on the store's clock / on the local clock (side by side; in process) | {fmt(g('rust_renew_store_clock_cpu_ratio'), 3)}x ({fmt(g('rust_cpu_us_per_renew_store_clock'))} / {fmt(g('rust_cpu_us_per_renew_local_clock'))} us); {fmt(g('rust_renew_store_clock_cpu_ratio_in_process'), 3)}x | target <= 1.05x |")
     w(f"| election `run_if_leader`, DynamoDB API | {fmt(g('election_dynamodb_ops_per_s'))} ops/s | seed (bluetape4k, DynamoDB Local): {SEED_DYNAMODB_OPS} |")
     w(f"| election `run_if_leader`, Redis | {fmt(g('election_redis_ops_per_s'))} ops/s | seed (bluetape4k, Lettuce): {SEED_REDIS_OPS:,} |")
     w("")

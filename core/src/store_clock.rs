@@ -22,6 +22,7 @@
 //! [`StoreClock`] is the [`Clock`] a store's operations use: the local clocks, with the wall
 //! clock replaced by the store's estimated time once the estimate is tight enough.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::Clock;
@@ -37,6 +38,10 @@ pub const MAX_ROUND_TRIP_MS: u64 = 1_000;
 pub const WALL_JUMP_MS: i64 = 25;
 /// How many recent answers are kept to restart the window from.
 const WINDOW: usize = 32;
+/// At most one request sent in this long is measured ([`StoreClock::wants_sample`]): answers to
+/// requests sent at the same moment bound the store's clock alike, and measuring one costs a
+/// little CPU, which a busy worker would pay on every renewal.
+pub const SAMPLE_SPACING_MS: u64 = 50;
 
 /// One store answer, as a driver saw it: when its request was sent and its answer received
 /// (local wall and monotonic ms), and the answer's `Date` header (epoch ms of a whole second).
@@ -372,12 +377,22 @@ pub enum StoreOffset {
 pub struct StoreClock<C> {
     local: C,
     state: Mutex<StoreTime>,
+    /// The offset applied to the local wall clock, as of the last answer (reading the clock
+    /// takes no lock: the renewal path reads it a few times per request).
+    applied_ms: AtomicI64,
+    /// The next request sent from then on (monotonic ms) is measured.
+    next_sample_mono_ms: AtomicU64,
 }
 
 impl<C: Clock> StoreClock<C> {
     /// The store's clock seen from `local`, applied once known within `trust_ms`.
     pub fn new(local: C, trust_ms: u64) -> Self {
-        Self { local, state: Mutex::new(StoreTime::new(trust_ms)) }
+        Self {
+            local,
+            state: Mutex::new(StoreTime::new(trust_ms)),
+            applied_ms: AtomicI64::new(0),
+            next_sample_mono_ms: AtomicU64::new(0),
+        }
     }
 
     /// The local clock it reads.
@@ -395,9 +410,29 @@ impl<C: Clock> StoreClock<C> {
         self.state.lock().expect("store clock poisoned")
     }
 
+    /// Whether a request sent at `mono_ms` is to be measured: at most one in
+    /// [`SAMPLE_SPACING_MS`].
+    pub fn wants_sample(&self, mono_ms: u64) -> bool {
+        let next = self.next_sample_mono_ms.load(Ordering::Relaxed);
+        mono_ms >= next
+            && self
+                .next_sample_mono_ms
+                .compare_exchange(next, mono_ms + SAMPLE_SPACING_MS, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// When the next request measured may be sent (monotonic ms).
+    pub fn next_sample_at(&self) -> u64 {
+        self.next_sample_mono_ms.load(Ordering::Relaxed)
+    }
+
     /// Takes one store answer in.
     pub fn observe(&self, sample: &Sample) -> Observed {
-        self.state().observe(sample)
+        let mut state = self.state();
+        let observed = state.observe(sample);
+        let applied = state.offset_to_apply(sample.received_wall_ms, sample.received_mono_ms);
+        self.applied_ms.store(applied, Ordering::Relaxed);
+        observed
     }
 
     /// The estimate now (`None` before any answer).
@@ -407,9 +442,9 @@ impl<C: Clock> StoreClock<C> {
     }
 
     /// When to send the next request (local monotonic ms) to narrow the estimate fastest
-    /// ([`Estimator::probe_at`]).
+    /// ([`Estimator::probe_at`]), and to be measured ([`StoreClock::wants_sample`]).
     pub fn probe_at(&self, round_trip_ms: u64) -> u64 {
-        let mono = self.local.monotonic_ms();
+        let mono = self.local.monotonic_ms().max(self.next_sample_at());
         self.state().probe_at(mono, round_trip_ms)
     }
 
@@ -421,8 +456,7 @@ impl<C: Clock> StoreClock<C> {
 
 impl<C: Clock> Clock for StoreClock<C> {
     fn now_ms(&self) -> u64 {
-        let (wall, mono) = self.local_now();
-        self.state().wall_ms(wall, mono)
+        self.local.now_ms().saturating_add_signed(self.applied_ms.load(Ordering::Relaxed))
     }
 
     fn monotonic_ms(&self) -> u64 {
@@ -462,6 +496,11 @@ impl StoreTime {
     /// The store's time (epoch ms) when the local clocks read `wall_ms` and `mono_ms`: the local
     /// wall clock moved by the offset applied (see [`StoreClock`]).
     pub fn wall_ms(&mut self, wall_ms: u64, mono_ms: u64) -> u64 {
+        wall_ms.saturating_add_signed(self.offset_to_apply(wall_ms, mono_ms))
+    }
+
+    /// The offset [`StoreTime::wall_ms`] applies to the local wall clock at these readings.
+    pub fn offset_to_apply(&mut self, wall_ms: u64, mono_ms: u64) -> i64 {
         let trusted = self.estimator.store_time(mono_ms).filter(|(_, u)| *u <= self.trust_ms);
         if let Some((store, uncertainty)) = trusted {
             // The offset nearest to none (the local clock as it is, when it agrees with the
@@ -470,7 +509,7 @@ impl StoreTime {
             let leeway = uncertainty.min(self.trust_ms - uncertainty) as i64;
             self.applied_ms = 0.clamp(middle - leeway, middle + leeway);
         }
-        wall_ms.saturating_add_signed(self.applied_ms)
+        self.applied_ms
     }
 
     /// The estimate at these local readings (`None` before any answer).

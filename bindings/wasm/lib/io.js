@@ -46,14 +46,17 @@ function oneAttempt(error) {
 }
 
 /**
- * `singleAttempt` that also hands each answer's headers (its `date` and `age` measure the
+ * `singleAttempt` that also hands the answer's headers (its `date` and `age` measure the
  * store's clock), with the local clocks when the request went out, to `observe(sentWall,
- * sentMono, headers)`: a refusal measures as well as a success.
+ * sentMono, headers)` when `wantsSample(sentMono)`: a refusal measures as well as a success.
  */
-function measuredAttempt(observe) {
+function measuredAttempt(observe, wantsSample) {
   return (next) => async (args) => {
-    const sentWall = Date.now();
     const sentMono = performance.now();
+    if (!wantsSample(sentMono)) {
+      return singleAttempt(next)(args);
+    }
+    const sentWall = Date.now();
     try {
       const out = await next(args);
       observe(sentWall, sentMono, out.response?.headers);

@@ -1,5 +1,6 @@
 //! The table's answers measure the store's clock: an interceptor on the table's client notes
-//! the local clocks when each request is sent and when its answer comes back, and hands the
+//! the local clocks when a request is sent (at most one in
+//! [`crate::store_clock::SAMPLE_SPACING_MS`]) and when its answer comes back, and hands the
 //! answer's `Date` (and `Age`) header with them to the table's [`StoreClock`].
 
 use std::sync::Arc;
@@ -61,8 +62,10 @@ impl Intercept for MeasureStoreClock {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let (wall, mono) = self.0.local_now();
-        cfg.interceptor_state().store_put(SentAt(wall, mono));
+        let mono = self.0.local().monotonic_ms();
+        if self.0.wants_sample(mono) {
+            cfg.interceptor_state().store_put(SentAt(self.0.local().now_ms(), mono));
+        }
         Ok(())
     }
 
@@ -72,8 +75,8 @@ impl Intercept for MeasureStoreClock {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let received = self.0.local_now();
         let Some(&SentAt(wall, mono)) = cfg.load::<SentAt>() else { return Ok(()) };
+        let received = self.0.local_now();
         let headers = context.response().headers();
         if let Ok(sample) = Sample::from_answer((wall, mono), received, headers.get("date"), headers.get("age")) {
             self.0.observe(&sample);
