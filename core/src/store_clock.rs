@@ -486,9 +486,14 @@ impl StoreTime {
 
     /// Takes one store answer in.
     pub fn observe(&mut self, sample: &Sample) -> Observed {
+        let jumps = self.estimator.wall_jumps();
         let observed = self.estimator.observe(sample);
         if let Observed::Restarted { kept } = observed {
             tracing::warn!(kept, "an answer of the store disagreed with its clock as measured: measuring again");
+        }
+        if self.estimator.wall_jumps() > jumps {
+            let jump_ms = self.estimator.last_wall_jump_ms();
+            tracing::warn!(jump_ms, "this host's wall clock jumped; the store's clock as measured is unchanged");
         }
         observed
     }
