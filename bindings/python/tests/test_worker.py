@@ -301,6 +301,7 @@ assert handled.wait(20), "the stream was not handled"
 snap = worker.snapshot()
 worker.shutdown()
 thread.join(20)
+table.stop(sys.argv[2])  # not left for the next test's workers
 print(json.dumps([snap.clock_offset_ms, snap.clock_uncertainty_ms, snap.claims_paused]))
 """
 

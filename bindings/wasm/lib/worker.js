@@ -188,11 +188,7 @@ class Worker {
     const engine = this.#engine;
     try {
       await this.#table.checkTable({ signal });
-      const { waitForStoreClock, clockToleranceMs } = this.#settings;
-      if (waitForStoreClock) {
-        // The store's clock measured before the first claim (the engine waits for it).
-        await this.#table.measureClock({ withinMs: clockToleranceMs ?? this.#table.clockSkewMs / 2, signal });
-      }
+      this.#measureStoreClock();
       this.#logger.info?.('worker started', { workerId: this.workerId, maxConnections: this.#settings.maxConnections });
       for (;;) {
         this.#runCommands();
@@ -227,6 +223,27 @@ class Worker {
       process.removeListener('SIGINT', stop);
       signal?.removeEventListener('abort', stop);
     }
+  }
+
+  /**
+   * Claims wait for the store's clock: a few requests timed to measure it at once, beside the
+   * engine's own (whose answers measure it too); given up when the run ends. Its end wakes the
+   * loop, which tells the engine.
+   */
+  #measureStoreClock() {
+    const { waitForStoreClock, clockToleranceMs } = this.#settings;
+    if (!waitForStoreClock) {
+      return;
+    }
+    const withinMs = clockToleranceMs ?? this.#table.clockSkewMs / 2;
+    const measured = this.#table.measureClock({ withinMs, signal: this.#reads.signal });
+    this.#track(
+      measured.then(
+        () => () => {},
+        () => undefined,
+      ),
+      false,
+    );
   }
 
   /** The store's clock as measured now, when it changed since the engine was last told. */

@@ -1829,8 +1829,12 @@ impl Engine {
         self.hint_batch.as_ref().map_or(0, |b| b.queue.len())
     }
 
-    /// Room for hints not yet received: the free capacity less the hints waiting for a claim.
+    /// Room for hints not yet received: the free capacity less the hints waiting for a claim;
+    /// none while claims wait for the store's clock (the hints are left to the others).
     fn hint_room(&self) -> usize {
+        if self.claims_paused().is_some() {
+            return 0;
+        }
         self.capacity().saturating_sub(self.hints_waiting())
     }
 

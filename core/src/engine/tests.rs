@@ -738,28 +738,28 @@ fn the_metrics_line_carries_the_store_clocks_offset_and_uncertainty() {
     assert!(names.contains(&"ClockOffsetMs") && names.contains(&"ClockUncertaintyMs"), "{names:?}");
 }
 
-/// A hint that comes while claims wait for the store's clock is deferred (another worker may
-/// take it meanwhile), not deleted, not given back at once to go round the fleet.
+/// While claims wait for the store's clock the worker receives no hints (they stay on the queue
+/// for the others); once the clock is measured it receives them and claims at once.
 #[test]
-fn a_hint_received_while_claims_wait_for_the_clock_is_deferred() {
+fn hints_wait_on_the_queue_while_claims_wait_for_the_clock() {
     let mut sim = Sim::new(config(LeaseMode::PerItem, 20_000, 5_000, 1_000), START);
     let w = sim.spawn(Settings { hints: true, orphan_interval_ms: 60_000, ..on_the_store_clock("a", 10) }, 4);
     sim.run_until(2_000);
     let ids = start_work(&sim, 1);
     sim.send_hint(&ids[0]);
     sim.run_until(5_000);
-    let deferred: Vec<String> = sim
-        .log
-        .iter()
-        .flat_map(|e| match &e.command {
-            Command::SettleHints { defer, delete, give_back, .. } => {
-                assert!(delete.is_empty() && give_back.is_empty(), "{:?}", e.command);
-                defer.clone()
-            }
-            _ => Vec::new(),
-        })
-        .collect();
-    assert_eq!((deferred.len(), sim.running(w), sim.hints_waiting()), (1, 0, 1));
+    let receives = |sim: &Sim| sim.log.iter().filter(|e| matches!(e.command, Command::ReceiveHints { .. })).count();
+    assert_eq!((receives(&sim), sim.running(w), sim.hints_waiting()), (0, 0, 1), "no long poll while paused");
+    sim.measure_store_clock(w, 0, 20);
+    assert!(sim.run_while(8_000, 10, |s| s.running(w) == 1), "the hint claimed once measured");
+    // Found too loose again: the long poll in flight ends, no other opens, the next hint waits.
+    sim.measure_store_clock(w, 0, 900);
+    sim.run_until(9_500);
+    let polls = receives(&sim);
+    block_on(sim.store.start("s001", "wss://feed.example")).unwrap();
+    sim.send_hint("s001");
+    sim.run_until(15_000);
+    assert_eq!((receives(&sim), sim.running(w), sim.hints_waiting()), (polls, 1, 1));
 }
 
 #[test]

@@ -458,6 +458,7 @@ impl Worker {
             finished: false,
             clock_told: None,
         };
+        driver.measure_store_clock();
         loop {
             driver.run_commands();
             if driver.finished {
@@ -509,9 +510,8 @@ impl Worker {
     }
 }
 
-/// The store's table check at the start of a run (see [`Worker::run_until`]), then a few
-/// requests to measure the store's clock when claims wait for it: `true` once done, `false` on
-/// a refusal or a shutdown before.
+/// The store's table check at the start of a run (see [`Worker::run_until`]): `true` once it
+/// passed, `false` on a refusal or a shutdown before it could pass.
 async fn table_checked(
     store: &dyn LeaseStore,
     shared: &Shared,
@@ -540,16 +540,6 @@ async fn table_checked(
             () = &mut shutdown => return false,
             () = shared.shutdown.cancelled() => return false,
             () = tokio::time::sleep(Duration::from_millis(delay)) => {}
-        }
-    }
-    // The store's clock measured before the first claim (the engine asks for it).
-    let tolerance = shared.engine().settings().clock_tolerance_ms;
-    if let Some(tolerance) = tolerance {
-        tokio::select! {
-            biased;
-            () = &mut shutdown => return false,
-            () = shared.shutdown.cancelled() => return false,
-            () = store.measure_clock(tolerance) => {}
         }
     }
     true
@@ -589,6 +579,22 @@ struct Driver {
 }
 
 impl Driver {
+    /// Claims wait for the store's clock: a few requests timed to measure it at once, beside
+    /// the engine's own (whose answers measure it too); given up at the shutdown.
+    fn measure_store_clock(&mut self) {
+        let Some(tolerance) = self.shared.engine().settings().clock_tolerance_ms else { return };
+        let (store, stopping) = (self.store.clone(), self.stopping.clone());
+        self.effects.push(
+            async move {
+                tokio::select! {
+                    () = stopping.cancelled() => {}
+                    () = store.measure_clock(tolerance) => {}
+                }
+            }
+            .boxed(),
+        );
+    }
+
     /// The store's clock, when it changed since the engine was last told (a store that is its
     /// own clock reads exactly, offset 0).
     fn store_clock_changed(&mut self) -> Option<Event> {
