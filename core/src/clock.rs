@@ -48,8 +48,9 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock moved by hand, for tests and simulations. `offset_ms` lets one simulated worker's wall
-/// clock run ahead of (or behind) another's while both share the same true time.
+/// A clock moved by hand, for tests and simulations; a [`SkewedClock`] over it lets one
+/// simulated worker's wall clock run ahead of (or behind) another's while both share the same
+/// true time.
 #[derive(Debug)]
 pub struct ManualClock {
     now: AtomicU64,
