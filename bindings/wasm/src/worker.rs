@@ -48,6 +48,7 @@ const SETTINGS: &[&str] = &[
     "desiredStateIntervalMs",
     "handlerGraceMs",
     "hintWaitMs",
+    "indexLagMs",
     "metricsIntervalMs",
     "metricsNamespace",
     "balance",
@@ -187,6 +188,9 @@ mod tests {
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
         assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
         assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);
+        assert_eq!(settings(r#"{"workerId":"w"}"#).unwrap().index_lag_ms, 10_000);
+        assert_eq!(settings(r#"{"workerId":"w","indexLagMs":30000}"#).unwrap().index_lag_ms, 30_000);
+        assert!(err(r#"{"workerId":"w","indexLagMs":-1}"#).contains("indexLagMs"));
         assert!(!settings(r#"{"workerId":"w","balance":false}"#).unwrap().balance);
     }
 
