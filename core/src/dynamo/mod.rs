@@ -219,14 +219,17 @@ pub fn single_attempt_client(client: &Client) -> Client {
     if is_single_attempt(client) {
         return client.clone();
     }
-    Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-            .build(),
-    )
+    Client::from_conf(single_attempt_config(client).build())
+}
+
+/// `client`'s configuration with retries and stalled-stream protection off (the protocol
+/// retries, and each request has its own deadline).
+pub(crate) fn single_attempt_config(client: &Client) -> aws_sdk_dynamodb::config::Builder {
+    client
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::disabled())
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
 }
 
 fn is_single_attempt(client: &Client) -> bool {

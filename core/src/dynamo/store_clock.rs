@@ -6,8 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::{
@@ -27,15 +25,7 @@ pub(crate) type TableClock = Arc<StoreClock<Arc<dyn Clock>>>;
 /// every answer into `clock` when there is one.
 pub(crate) fn attempts_client(client: &Client, clock: Option<TableClock>) -> Client {
     let Some(clock) = clock else { return super::single_attempt_client(client) };
-    Client::from_conf(
-        client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-            .interceptor(MeasureStoreClock(clock))
-            .build(),
-    )
+    Client::from_conf(super::single_attempt_config(client).interceptor(MeasureStoreClock(clock)).build())
 }
 
 /// The local clocks (wall, monotonic ms) when the request went out.
