@@ -32,6 +32,16 @@ export interface LeaseTableOptions {
   keyPrefix?: string;
   /** The orphan index (default `desired_state-lease_expires_at_ms-index`). */
   indexName?: string;
+  /** The owner index, keys only, for session mode's takeovers (default `lease_owner-index`). */
+  ownerIndexName?: string;
+  /**
+   * The retry budget of an operation that holds no lease (start, stop, get, listings,
+   * createTable), so a store slow for a moment does not fail it (default 10000). Lease
+   * operations keep theirs: the deadline, or one renew interval.
+   */
+  operationBudgetMs?: number;
+  /** How long one attempt of such an operation may take (default 5000). */
+  operationAttemptTimeoutMs?: number;
   attributeNames?: AttributeNames;
   /**
    * "per-item" (default): every held item is renewed; "session": one session item per worker.

@@ -7,6 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 node_modules/.bin/tsc -p tests/types
 node --test --test-concurrency=1 \
   tests/errors.test.js \
+  tests/options_typed.test.js \
   tests/hostile.test.js \
   tests/table.test.js \
   tests/global_table.test.js \

@@ -60,6 +60,10 @@ const tableOptions: LeaseTableOptions = {
   attributeNames,
   orphanShards: 1,
   allowEventualGlobalTable: false,
+  indexName: 'desired_state-lease_expires_at_ms-index',
+  ownerIndexName: 'lease_owner-index',
+  operationBudgetMs: 10_000,
+  operationAttemptTimeoutMs: 5_000,
 };
 const table = new LeaseTable(tableOptions);
 const sessions = new LeaseTable({ ...tableOptions, mode: 'session' });
