@@ -22,7 +22,7 @@
 //! [`StoreClock`] is the [`Clock`] a store's operations use: the local clocks, with the wall
 //! clock replaced by the store's estimated time once the estimate is tight enough.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::Clock;
@@ -380,6 +380,10 @@ pub struct StoreClock<C> {
     /// The offset applied to the local wall clock, as of the last answer (reading the clock
     /// takes no lock: the renewal path reads it a few times per request).
     applied_ms: AtomicI64,
+    /// The latest reading on a trusted offset, below which none goes ([`StoreTime::wall_ms`]).
+    floor_ms: AtomicU64,
+    /// Whether `floor_ms` is kept (the offset is trusted and the wall clock has not jumped).
+    floor_kept: AtomicBool,
     /// The next request sent from then on (monotonic ms) is measured.
     next_sample_mono_ms: AtomicU64,
 }
@@ -391,6 +395,8 @@ impl<C: Clock> StoreClock<C> {
             local,
             state: Mutex::new(StoreTime::new(trust_ms)),
             applied_ms: AtomicI64::new(0),
+            floor_ms: AtomicU64::new(0),
+            floor_kept: AtomicBool::new(false),
             next_sample_mono_ms: AtomicU64::new(0),
         }
     }
@@ -432,6 +438,11 @@ impl<C: Clock> StoreClock<C> {
         let observed = state.observe(sample);
         let applied = state.offset_to_apply(sample.received_wall_ms, sample.received_mono_ms);
         self.applied_ms.store(applied, Ordering::Relaxed);
+        let keep = state.keeps_floor();
+        if !keep {
+            self.floor_ms.store(0, Ordering::Relaxed);
+        }
+        self.floor_kept.store(keep, Ordering::Relaxed);
         observed
     }
 
@@ -456,7 +467,12 @@ impl<C: Clock> StoreClock<C> {
 
 impl<C: Clock> Clock for StoreClock<C> {
     fn now_ms(&self) -> u64 {
-        self.local.now_ms().saturating_add_signed(self.applied_ms.load(Ordering::Relaxed))
+        let now = self.local.now_ms().saturating_add_signed(self.applied_ms.load(Ordering::Relaxed));
+        if self.floor_kept.load(Ordering::Relaxed) {
+            now.max(self.floor_ms.fetch_max(now, Ordering::Relaxed))
+        } else {
+            now
+        }
     }
 
     fn monotonic_ms(&self) -> u64 {
@@ -476,12 +492,19 @@ pub struct StoreTime {
     trust_ms: u64,
     /// The offset last applied with a trusted estimate (0 before any).
     applied_ms: i64,
+    /// Whether the offset applied comes from a trusted estimate and the local wall clock has not
+    /// jumped since: then a reading never goes back ([`StoreTime::wall_ms`]).
+    floor_kept: bool,
+    /// The latest reading while `floor_kept`.
+    floor_ms: u64,
+    /// The local wall clock's jumps counted when the floor was last kept.
+    jumps_seen: u64,
 }
 
 impl StoreTime {
     /// The store's time, applied once known within `trust_ms`.
     pub fn new(trust_ms: u64) -> Self {
-        Self { estimator: Estimator::default(), trust_ms, applied_ms: 0 }
+        Self { estimator: Estimator::default(), trust_ms, applied_ms: 0, floor_kept: false, floor_ms: 0, jumps_seen: 0 }
     }
 
     /// Takes one store answer in.
@@ -500,8 +523,27 @@ impl StoreTime {
 
     /// The store's time (epoch ms) when the local clocks read `wall_ms` and `mono_ms`: the local
     /// wall clock moved by the offset applied (see [`StoreClock`]).
+    ///
+    /// Once the offset is trusted, a reading never goes back: a narrower estimate that moves
+    /// the offset back by a few ms holds the reading where it was until the clock passes it,
+    /// so stamps taken one after another stay in order. That keeps the reading within
+    /// `trust_ms` of the store's time (the reading held was, and the store's time only moved
+    /// on). A reading on an untrusted offset, or one from before the local wall clock jumped,
+    /// holds nothing back: the first trusted offset and a jump's correction apply at once.
     pub fn wall_ms(&mut self, wall_ms: u64, mono_ms: u64) -> u64 {
-        wall_ms.saturating_add_signed(self.offset_to_apply(wall_ms, mono_ms))
+        let now = wall_ms.saturating_add_signed(self.offset_to_apply(wall_ms, mono_ms));
+        if !self.keeps_floor() {
+            self.floor_ms = 0;
+            return now;
+        }
+        self.floor_ms = self.floor_ms.max(now);
+        self.floor_ms
+    }
+
+    /// Whether readings are held from going back (see [`StoreTime::wall_ms`]); the floor is
+    /// dropped when this turns false.
+    fn keeps_floor(&self) -> bool {
+        self.floor_kept
     }
 
     /// The offset [`StoreTime::wall_ms`] applies to the local wall clock at these readings.
@@ -514,6 +556,12 @@ impl StoreTime {
             let leeway = uncertainty.min(self.trust_ms - uncertainty) as i64;
             self.applied_ms = 0.clamp(middle - leeway, middle + leeway);
         }
+        // The floor is kept from the first trusted offset on, and dropped (to be kept again
+        // from the next reading) when the local wall clock jumped.
+        let jumps = self.estimator.wall_jumps();
+        let jumped = jumps != self.jumps_seen;
+        self.jumps_seen = jumps;
+        self.floor_kept = trusted.is_some() && !jumped;
         self.applied_ms
     }
 
@@ -833,5 +881,77 @@ mod tests {
         let e = clock.estimate().unwrap();
         assert!(e.uncertainty_ms < 30, "{e:?}");
         assert!((clock.now_ms() as i64 - local.now_ms() as i64 + 30).abs() <= 2 * e.uncertainty_ms as i64 + 1);
+    }
+
+    #[test]
+    fn readings_on_a_trusted_offset_never_go_back_while_the_estimate_narrows() {
+        // A host 2 s ahead of the store: each answer narrows the estimate and moves the offset
+        // applied by a few ms either way. Stamps taken between answers stay in order for the
+        // shared clock and for the reckoning on given readings (the Node driver's), while each
+        // stays within the trust of the store's time.
+        let mut moved_back = 0;
+        for seed in 0..50 {
+            let local = std::sync::Arc::new(ManualClock::new(T0 + 2_000));
+            local.advance(MONO0);
+            let clock = StoreClock::new(local.clone(), 100);
+            let mut time = StoreTime::new(100);
+            let mut world = World::new(seed, 2_000.0, 0.0);
+            let (mut last_shared, mut last_given) = (0u64, 0u64);
+            for _ in 0..200 {
+                let sample = world.answer();
+                let (wall, mono) = world.now();
+                local.advance(mono - local.monotonic_ms());
+                local.set_wall(wall);
+                // Read at the same instant before and after the answer is taken in.
+                if last_shared > 0 {
+                    (last_shared, last_given) = (clock.now_ms(), time.wall_ms(wall, mono));
+                }
+                clock.observe(&sample);
+                time.observe(&sample);
+                let Some(e) = clock.estimate().filter(|e| e.uncertainty_ms <= 100) else { continue };
+                let (shared, given) = (clock.now_ms(), time.wall_ms(wall, mono));
+                let unheld = wall.saturating_add_signed(clock.applied_ms.load(Ordering::Relaxed));
+                moved_back += usize::from(last_shared > 0 && unheld < last_shared);
+                if last_shared > 0 {
+                    assert!(shared >= last_shared, "seed {seed}: {shared} after {last_shared} ({e:?})");
+                    assert!(given >= last_given, "seed {seed}: {given} after {last_given} ({e:?})");
+                }
+                for reading in [shared, given] {
+                    let error = reading as f64 - world.true_ms;
+                    assert!(error.abs() <= 101.0, "seed {seed}: {error} ms off ({e:?})");
+                }
+                (last_shared, last_given) = (shared, given);
+            }
+        }
+        // The offset did move back along the way: the hold is what kept the order.
+        assert!(moved_back > 0, "the offset never moved back: the test shows nothing");
+    }
+
+    #[test]
+    fn a_jump_of_the_wall_clock_is_corrected_at_once_whatever_was_read_before() {
+        let local = std::sync::Arc::new(ManualClock::new(T0));
+        local.advance(MONO0);
+        let clock = StoreClock::new(local.clone(), 250);
+        let mut world = World::new(3, 0.0, 0.0);
+        while clock.estimate().is_none_or(|e| e.uncertainty_ms > 100) {
+            let sample = world.answer();
+            let (wall, mono) = world.now();
+            local.advance(mono - local.monotonic_ms());
+            local.set_wall(wall);
+            clock.observe(&sample);
+        }
+        let _ = clock.now_ms();
+        // The wall clock steps 5 s ahead and is read before the next answer tells.
+        world.local_offset_ms += 5_000.0;
+        let (wall, _) = world.now();
+        local.set_wall(wall);
+        assert!(clock.now_ms() as f64 - world.true_ms > 4_000.0, "read on the jumped clock before any answer");
+        let sample = world.answer();
+        let (wall, mono) = world.now();
+        local.advance(mono - local.monotonic_ms());
+        local.set_wall(wall);
+        clock.observe(&sample);
+        let error = clock.now_ms() as f64 - world.true_ms;
+        assert!(error.abs() <= 251.0, "{error} ms off after the answer that shows the jump");
     }
 }
