@@ -15,6 +15,7 @@ node --test --test-concurrency=1 \
   tests/worker.test.js \
   tests/session.test.mjs \
   tests/readme.test.js \
+  tests/manual.test.js \
   tests/example.test.js \
   tests/conformance.test.mjs \
   tests/worker_traces.test.mjs
