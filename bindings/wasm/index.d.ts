@@ -95,11 +95,15 @@ export declare class Session {
   /** When everything held under the session must stop acting, on the `performance.now()` clock. */
   readonly deadline: number;
   /**
-   * One write for everything held under it; LeaseLostError once it is gone or taken over.
+   * One write for everything held under it; LeaseLostError once it is gone or taken over,
+   * and then every lease held under it stops acting at once (its `deadline` passes).
    * With `load` the same write reports what the worker holds (fleet-aware balance).
    */
   renew(options?: Abortable & { load?: SessionLoad }): Promise<this>;
-  /** Expiry 0 with one write: everything held under it is free at once. */
+  /**
+   * Expiry 0 with one write: everything held under it is free at once, and stops acting
+   * (every lease's `deadline` passes; whatever the answer, the session takes no more claims).
+   */
   end(options?: Abortable & { load?: SessionLoad }): Promise<void>;
   /** Claims STARTED work (a dead session's by one transaction); LeaseHeldError while held. */
   claim(id: string, options?: Abortable): Promise<Lease>;

@@ -4,6 +4,7 @@
 // RenewSession, EndSession, ClaimInSession) driven with the table's DynamoDBClient.
 
 const { Serial } = require('./drive');
+const { LeaseLostError } = require('./errors');
 
 /**
  * A live session. `deadline` is when everything held under it must stop acting, on the
@@ -15,6 +16,8 @@ class Session {
   /** Leases claimed under this session and not given up: a renewal moves their deadline. */
   #leases = new Set();
   #serial = new Serial();
+  /** Set by end() and by a renewal answered LeaseLostError: nothing acts under it any more. */
+  #over = false;
 
   constructor(table, data) {
     this.#table = table;
@@ -54,7 +57,17 @@ class Session {
    */
   renew({ signal, load } = {}) {
     return this.#serial.run(async () => {
-      this.#data = await this.#table._renewSession(this.#data, signal, load);
+      if (this.#over) {
+        throw this.#lost();
+      }
+      try {
+        this.#data = await this.#table._renewSession(this.#data, signal, load);
+      } catch (e) {
+        if (e instanceof LeaseLostError) {
+          this.#revokeAll();
+        }
+        throw e;
+      }
       for (const lease of this.#leases) {
         lease._cover(this.#data.deadline);
       }
@@ -68,8 +81,9 @@ class Session {
    */
   end({ signal, load } = {}) {
     return this.#serial.run(async () => {
+      // Whatever the answer, nothing acts under this session any more.
+      this.#revokeAll();
       await this.#table._endSession(this.#data, signal, load);
-      this.#leases.clear();
     });
   }
 
@@ -79,11 +93,34 @@ class Session {
    * checkpoint, fenced writes and release work as for any lease; its renew renews the session.
    */
   async claim(id, { signal } = {}) {
+    if (this.#over) {
+      throw this.#lost();
+    }
     const lease = await this.#table._claimInSession(id, this, this.#data, signal);
-    // A renewal may have landed while the claim was in flight.
+    // A renewal may have landed while the claim was in flight; the session may have ended.
     lease._cover(this.#data.deadline);
     this.#leases.add(lease);
+    if (this.#over) {
+      this.#revokeAll();
+    }
     return lease;
+  }
+
+  /**
+   * The session is over (ended, or lost): every lease held under it stops acting at once (its
+   * deadline passes), as the table already lets others take them.
+   */
+  #revokeAll() {
+    this.#over = true;
+    for (const lease of this.#leases) {
+      lease._revoke();
+    }
+    this.#leases.clear();
+  }
+
+  #lost() {
+    const id = `session/${this.#data.owner}`;
+    return new LeaseLostError(`the session of ${this.#data.owner} (epoch ${this.#data.epoch}) is over`, { id });
   }
 
   /** Internal: `lease` is no longer held under this session. */

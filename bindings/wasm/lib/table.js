@@ -353,6 +353,15 @@ class Lease {
     }
   }
 
+  /**
+   * Internal: the session it was held under is over (ended or lost): the deadline passes now,
+   * so nothing acts for it, and operations on it are refused without a request.
+   */
+  _revoke() {
+    this.#released = true;
+    this.#data = { ...this.#data, deadline: 0 };
+  }
+
   get table() {
     return this.#table;
   }

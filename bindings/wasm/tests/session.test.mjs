@@ -132,7 +132,7 @@ test("a dead session's work is taken over after expiry + skew with fence + 1; th
   assert.deepEqual(await sessionItem(table, 'w1'), staleItem);
 });
 
-test('end() frees everything held under the session with one write', LIMIT, async () => {
+test('end() frees everything held under the session with one write, and everything held under it stops acting', LIMIT, async () => {
   const table = await freshTable(FAST);
   const ids = ['a', 'b', 'c'];
   await startAll(table, ids);
@@ -140,10 +140,20 @@ test('end() frees everything held under the session with one write', LIMIT, asyn
   const { LeaseTable } = leaselock;
   const mine = new LeaseTable({ ...FAST, client: counting.sdk, tableName: table.tableName });
   const session = await mine.createSession('w1');
-  await Promise.all(ids.map((id) => session.claim(id)));
+  const held = await Promise.all(ids.map((id) => session.claim(id)));
   const sent = counting.total();
   await session.end();
   assert.equal(counting.total() - sent, 1, 'one request');
+  // Nothing acts under the ended session: its leases' deadlines have passed, and what is asked
+  // of them or of the session is refused without a request.
+  for (const lease of held) {
+    assert.ok(lease.deadline <= performance.now(), `${lease.id}: deadline ${lease.deadline}`);
+  }
+  await assert.rejects(held[0].checkpoint(1), LeaseLostError);
+  await assert.rejects(held[1].renew(), LeaseLostError);
+  await assert.rejects(session.claim('a'), LeaseLostError);
+  await assert.rejects(session.renew(), LeaseLostError);
+  assert.equal(counting.total() - sent, 1, 'nothing sent after the end');
   assert.equal((await sessionItem(table, 'w1')).lease_expires_at_ms.N, '0');
   // Everything is free at once, without waiting for any expiry.
   const next = await table.createSession('w2');
@@ -152,6 +162,27 @@ test('end() frees everything held under the session with one write', LIMIT, asyn
     leases.map((l) => l.fence),
     [2, 2, 2],
   );
+});
+
+test('a session lost while its deadline is ahead: the renewal that learns it stops every lease held under it at once', LIMIT, async () => {
+  const table = await freshTable(FAST);
+  const ids = ['a', 'b'];
+  await startAll(table, ids);
+  const session = await table.createSession('w1');
+  const held = await Promise.all(ids.map((id) => session.claim(id)));
+  // Behind its back: the session item gets another epoch.
+  const item = await sessionItem(table, 'w1');
+  await putRaw(table, { ...item, fence: { N: String(session.epoch + 1) } });
+  for (const lease of held) {
+    assert.ok(lease.deadline > performance.now() + 1_000, 'the leases still think they act');
+  }
+  await assert.rejects(session.renew(), LeaseLostError);
+  for (const lease of held) {
+    assert.ok(lease.deadline <= performance.now(), `${lease.id}: deadline ${lease.deadline} after the session was lost`);
+  }
+  await assert.rejects(held[0].checkpoint(1), LeaseLostError);
+  await assert.rejects(session.claim('a'), LeaseLostError);
+  assert.equal((await rawItem(table, 'a')).last_seq, undefined, 'nothing written');
 });
 
 /** A handler that checkpoints every 100 ms until its signal aborts, and records how it ended. */
