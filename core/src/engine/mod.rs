@@ -19,6 +19,7 @@
 //! replayed by every driver.
 
 pub mod decide;
+pub mod explore;
 pub mod sim;
 pub mod trace;
 
@@ -1190,6 +1191,15 @@ impl Engine {
             .filter(|s| !outlived && moves_with_session(session_epoch, None, s))
             .map(|s| s.deadline_mono_ms)
             .filter(|d| *d > lease.deadline_mono_ms);
+        // Rule 2: a claim whose answer comes after its deadline (the worker was paused while it
+        // was on its way) starts no handler. It is given back (fenced: refused if another worker
+        // has claimed it since), and the work is claimed again as any orphan is.
+        if cover.unwrap_or(lease.deadline_mono_ms) <= self.now.mono_ms {
+            warn!(connection_id = %id, fence, source = source.as_str(), "claimed past its deadline: giving it back");
+            self.totals.leases_lost += 1;
+            self.run(Op::ReleaseLease { lease }, Pending::GiveBack);
+            return Claim::Failed;
+        }
         if let Some(deadline) = cover {
             keeper.cover(deadline);
         }
