@@ -11,7 +11,9 @@
 // LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_RENEW_MS, LEASELOCK_CLOCK_SKEW_MS,
 // LEASELOCK_KEY_PREFIX, LEASELOCK_MODE, LEASELOCK_WORKER_ID, LEASELOCK_MAX_CONNECTIONS,
 // LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS,
-// LEASELOCK_NO_BALANCE),
+// LEASELOCK_NO_BALANCE, LEASELOCK_INDEX_NAME, LEASELOCK_ORPHAN_SHARDS, LEASELOCK_METRICS_INTERVAL_MS,
+// LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS, LEASELOCK_CLOCK_TOLERANCE_MS,
+// LEASELOCK_NO_WAIT_FOR_STORE_CLOCK),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
@@ -37,8 +39,12 @@ const table = new LeaseTable({
   renewMs: number('LEASELOCK_RENEW_MS'),
   clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),
   keyPrefix: env.LEASELOCK_KEY_PREFIX,
+  indexName: env.LEASELOCK_INDEX_NAME,
+  orphanShards: number('LEASELOCK_ORPHAN_SHARDS'),
   mode,
 });
+/** A boolean setting as the CLI reads it (set to 1, true, yes or on). */
+const flag = (name) => /^(1|true|yes|on)$/i.test(env[name] ?? '');
 
 /** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */
 function messageWrite(msg, conn, workerId) {
@@ -58,7 +64,8 @@ function messageWrite(msg, conn, workerId) {
         ':data': { S: msg.data },
         ':fence': { N: String(conn.fence) },
         ':worker': { S: workerId },
-        ':at': { N: String(Date.now()) },
+        // The store's clock, not this host's: stamps agree across the fleet.
+        ':at': { N: String(conn.nowMs()) },
         ':one': { N: '1' },
       },
     },
@@ -128,8 +135,13 @@ const worker = new Worker({
   maxConnections: number('LEASELOCK_MAX_CONNECTIONS'),
   orphanIntervalMs: number('LEASELOCK_ORPHAN_INTERVAL_MS'),
   desiredStateIntervalMs: number('LEASELOCK_DESIRED_STATE_INTERVAL_MS'),
+  metricsIntervalMs: number('LEASELOCK_METRICS_INTERVAL_MS'),
+  metricsNamespace: env.LEASELOCK_METRICS_NAMESPACE,
+  indexLagMs: number('LEASELOCK_INDEX_LAG_MS'),
+  clockToleranceMs: number('LEASELOCK_CLOCK_TOLERANCE_MS'),
+  waitForStoreClock: flag('LEASELOCK_NO_WAIT_FOR_STORE_CLOCK') ? false : undefined,
   // Session mode balances the fleet's work unless LEASELOCK_NO_BALANCE is set (as the CLI's).
-  balance: /^(1|true|yes|on)$/i.test(env.LEASELOCK_NO_BALANCE ?? '') ? false : undefined,
+  balance: flag('LEASELOCK_NO_BALANCE') ? false : undefined,
   handler: (conn, signal) => stream(conn, signal, worker.workerId),
 });
 console.error(`worker ${worker.workerId}: running`);

@@ -14,7 +14,8 @@ Against the local feed (``leaselock upstream``) and engine::
     python examples/python_worker.py            # SIGTERM / Ctrl-C: graceful hand-over
 
 Settings come from the same environment variables as ``leaselock worker`` (LEASELOCK_TABLE,
-LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, ...).
+LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_ORPHAN_SHARDS, LEASELOCK_INDEX_NAME,
+LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS, LEASELOCK_CLOCK_TOLERANCE_MS, ...).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 
 import websockets
 
@@ -34,12 +34,24 @@ def env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+def flag(name: str) -> bool:
+    """A boolean setting as the CLI reads it (set to 1, true, yes or on)."""
+    return env(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def optional_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return None if value is None else int(value)
+
+
 table = leaselock.LeaseTable(
     env("LEASELOCK_TABLE", "leaselock"),
     lease_ms=int(env("LEASELOCK_LEASE_MS", "20000")),
     renew_ms=int(env("LEASELOCK_RENEW_MS", "5000")),
     clock_skew_ms=int(env("LEASELOCK_CLOCK_SKEW_MS", "1000")),
     key_prefix=env("LEASELOCK_KEY_PREFIX", ""),
+    index_name=os.environ.get("LEASELOCK_INDEX_NAME"),
+    orphan_shards=int(env("LEASELOCK_ORPHAN_SHARDS", "1")),
     # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
     mode="session" if env("LEASELOCK_MODE", "per-item") == "session" else "item",
 )
@@ -52,8 +64,12 @@ worker = leaselock.Worker(
     orphan_interval_ms=int(env("LEASELOCK_ORPHAN_INTERVAL_MS", "2000")),
     desired_state_interval_ms=int(env("LEASELOCK_DESIRED_STATE_INTERVAL_MS", "10000")),
     metrics_interval_ms=int(env("LEASELOCK_METRICS_INTERVAL_MS", "60000")),
+    metrics_namespace=os.environ.get("LEASELOCK_METRICS_NAMESPACE"),
+    index_lag_ms=int(env("LEASELOCK_INDEX_LAG_MS", "10000")),
+    clock_tolerance_ms=optional_int("LEASELOCK_CLOCK_TOLERANCE_MS"),
+    wait_for_store_clock=not flag("LEASELOCK_NO_WAIT_FOR_STORE_CLOCK"),
     # Session mode balances the fleet's work unless LEASELOCK_NO_BALANCE is set (as the CLI's).
-    balance=env("LEASELOCK_NO_BALANCE", "").lower() not in ("1", "true", "yes", "on"),
+    balance=not flag("LEASELOCK_NO_BALANCE"),
 )
 
 
@@ -71,7 +87,8 @@ def message_write(conn: leaselock.Connection, msg: dict) -> dict:
                 ":data": {"S": msg["data"]},
                 ":fence": {"N": str(conn.fence)},
                 ":worker": {"S": worker.worker_id},
-                ":at": {"N": str(int(time.time() * 1000))},
+                # The store's clock, not this host's: stamps agree across the fleet.
+                ":at": {"N": str(conn.now_ms())},
                 ":one": {"N": "1"},
             },
         }

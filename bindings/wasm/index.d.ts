@@ -198,6 +198,8 @@ export declare class Connection {
   readonly deadline: number;
   readonly lease: Lease;
   readonly signal: AbortSignal;
+  /** The store's time now (epoch ms), measured from DynamoDB's answers: stamp writes with it. */
+  nowMs(): number;
   checkpoint(seq: number, options?: Abortable): Promise<Lease>;
   write(items: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<Lease>;
 }

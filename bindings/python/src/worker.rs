@@ -52,6 +52,10 @@ impl PyConnection {
     fn deadline(&self) -> f64 {
         seconds_left(self.conn.deadline_mono_ms(), SystemClock.monotonic_ms())
     }
+    /// The store's time now (epoch ms): what to stamp the handler's writes with.
+    fn now_ms(&self) -> u64 {
+        self.conn.now_ms()
+    }
     #[getter]
     fn cancelled(&self) -> bool {
         self.conn.is_cancelled()

@@ -111,7 +111,12 @@ def test_sigterm_right_after_takeovers_releases_them_at_once(dynamodb, tmp_path)
     within 2 s, as for streams that are caught up: the handlers' cancellation must not wait on
     a closing handshake the paused socket cannot complete (handler_grace is 5 s)."""
     table_name = unique("py-example")
-    table = leaselock.LeaseTable(table_name, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS)
+    # A sharded orphan index: a worker that ignored LEASELOCK_ORPHAN_SHARDS would look for work
+    # under `STARTED` alone and find none.
+    shards = 4
+    table = leaselock.LeaseTable(
+        table_name, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS, orphan_shards=shards
+    )
     table.create_table()
     messages = _messages_table(dynamodb)
     feed = BacklogFeed(backlog=2_000, rate=20)
@@ -128,6 +133,7 @@ def test_sigterm_right_after_takeovers_releases_them_at_once(dynamodb, tmp_path)
         LEASELOCK_RENEW_MS=str(RENEW_MS),
         LEASELOCK_CLOCK_SKEW_MS=str(SKEW_MS),
         LEASELOCK_ORPHAN_INTERVAL_MS="300",
+        LEASELOCK_ORPHAN_SHARDS=str(shards),
         LEASELOCK_WORKER_ID=worker_id,
         PYTHONUNBUFFERED="1",
     )

@@ -60,6 +60,14 @@ class Connection {
     return this.#lease;
   }
 
+  /**
+   * The store's time now (epoch ms), as measured from DynamoDB's answers: stamp what the handler
+   * writes with it, so stamps agree across the fleet whatever each host's clock says.
+   */
+  nowMs() {
+    return this.#lease.table.clock.now();
+  }
+
   /** Aborts at the deadline, on STOP, on a lost lease, on a hand-over and on shutdown; `reason` says which. */
   get signal() {
     return this.#signal;

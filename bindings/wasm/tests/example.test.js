@@ -42,12 +42,20 @@ test(`the Node reference worker (${mode}) streams, checkpoints, hands over on SI
     LEASELOCK_MODE: mode,
     LEASELOCK_TABLE: `example-${suffix}`,
     LEASELOCK_MESSAGES_TABLE: `example-msgs-${suffix}`,
+    // Session mode on a sharded orphan index: a worker that ignored the setting would look for
+    // work under `STARTED` alone and find none.
+    LEASELOCK_ORPHAN_SHARDS: mode === 'session' ? '4' : '1',
   };
   const port = await freePort();
   execFileSync(cli, ['table', 'create'], { env, stdio: 'ignore' });
   const upstream = run(cli, ['upstream', '--listen', `127.0.0.1:${port}`, '--rate', '40'], env);
   const sdk = client();
-  const table = new LeaseTable({ client: sdk, tableName: env.LEASELOCK_TABLE, mode: mode === 'session' ? 'session' : 'item' });
+  const table = new LeaseTable({
+    client: sdk,
+    tableName: env.LEASELOCK_TABLE,
+    mode: mode === 'session' ? 'session' : 'item',
+    orphanShards: Number(env.LEASELOCK_ORPHAN_SHARDS),
+  });
   try {
     for (const id of STREAMS) {
       await eventually(() => table.start(id, `ws://127.0.0.1:${port}/${id}`).then(() => true, () => false), 5_000, 'start');

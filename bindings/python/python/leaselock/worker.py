@@ -69,6 +69,12 @@ class Connection:
         """Seconds left before the local deadline (monotonic clock; negative once past)."""
         return self._native.deadline
 
+    def now_ms(self) -> int:
+        """The store's time now (epoch ms), as the worker measures it from DynamoDB's answers: stamp
+        what the handler writes with it, so stamps agree across the fleet whatever each host's
+        clock says."""
+        return self._native.now_ms()
+
     @property
     def cancelled(self) -> bool:
         """True once the handler must stop."""
