@@ -19,9 +19,9 @@ FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
 FAILOVER_SESSION_PORT ?= 4586
 
-.PHONY: docs test test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
+.PHONY: docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
 
-test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node
+test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node test-docs
 
 lint:
 	$(CARGO) fmt --all --check
@@ -86,9 +86,23 @@ wheel:
 dist:
 	scripts/with-services.sh scripts/dist.sh
 
-# The API reference of each language into target/docs/ (rustdoc, pdoc, TypeDoc).
+# The manual (mdBook, docs/src/; diagrams from docs/diagrams/ by Graphviz) and the API reference
+# of each language (rustdoc, pdoc, TypeDoc) into target/docs/; every link and image of the
+# manual is checked. mdBook (pinned) and Graphviz are installed when missing
+# (scripts/install-docs-tools.sh).
 docs:
 	scripts/docs.sh
+
+# The manual alone, built and checked (links, images, diagrams) without the API references. Its
+# samples run in test-python (Python, Rust) and test-node (Node).
+test-docs:
+	scripts/docs.sh --manual
+
+# make docs, then every page of the manual opened in headless Chromium (Debian's chromium,
+# installed when missing): a page that logs an error, has a broken image or shows no diagram it
+# names fails it; a screenshot of each goes to target/docs/screenshots/.
+docs-check: docs
+	scripts/docs-check.sh
 
 # The Node package (wasm + JavaScript driver) against the local engine; the example worker
 # test runs against the CLI's local feed.

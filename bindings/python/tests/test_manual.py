@@ -80,3 +80,49 @@ def test_manual_rust_samples_run_twice() -> None:
             done = subprocess.run([target / "debug" / "examples" / name], capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, f"run {run}, core/examples/{name}.rs:\n{done.stderr}"
     print(f"{len(names)} Rust samples of the manual ran twice: {names}")
+
+
+def _sources() -> str:
+    """The code and templates the manual describes (not the docs themselves)."""
+    roots = ["cli/src", "core/src", "lambdas/src", "bindings/python/python", "bindings/python/src",
+             "bindings/wasm/lib", "bindings/wasm/src", "bindings/wasm/index.d.ts", "scripts", "examples",
+             "infra/lib", "template.yaml", "Makefile"]
+    text = []
+    for root in roots:
+        path = ROOT / root
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and p.suffix in
+                                                 (".rs", ".py", ".pyi", ".js", ".mjs", ".ts", ".sh", ".yaml", "")]
+        text += [f.read_text(errors="replace") for f in files if "node_modules" not in f.parts]
+    return "\n".join(text)
+
+
+def test_every_variable_flag_and_metric_the_manual_names_exists() -> None:
+    """Every LEASELOCK_* variable the manual names is read somewhere in the code; every `--flag`
+    it writes alone in backticks is a flag of the leaselock CLI; every worker metric in its
+    table is one the worker writes."""
+    text = "\n".join(page.read_text() for page in pages())
+    sources = _sources()
+    variables = set(re.findall(r"\bLEASELOCK_[A-Z_]+[A-Z]\b", text))
+    missing = sorted(v for v in variables if v not in sources)
+    assert not missing, f"variables the manual names that no code reads: {missing}"
+
+    subprocess.run(["cargo", "build", "-q", "-p", "leaselock-cli"], cwd=ROOT, check=True, timeout=1800)
+    meta = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    cli = Path(json.loads(meta)["target_directory"]) / "debug" / "leaselock"
+    top = subprocess.run([cli, "--help"], capture_output=True, text=True, check=True).stdout
+    commands = re.findall(r"^  ([a-z][a-z-]+)\s", top.split("Commands:", 1)[1].split("Options:", 1)[0], flags=re.M)
+    helps = top + "".join(subprocess.run([cli, c, "--help"], capture_output=True, text=True).stdout for c in commands)
+    for sub in ("table",):
+        helps += subprocess.run([cli, sub, "create", "--help"], capture_output=True, text=True).stdout
+    flags = set(re.findall(r"`(--[a-z][a-z-]*)`", text))
+    missing = sorted(f for f in flags if not re.search(rf"{re.escape(f)}\b", helps))
+    assert not missing, f"flags the manual names that the CLI does not take: {missing}"
+
+    operations = (PAGES / "operations.md").read_text()
+    table = operations.split("| metric | unit | what |", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M))
+    emf = (ROOT / "core" / "src" / "engine" / "mod.rs").read_text()
+    written = set(re.findall(r'\.(?:count|milliseconds|millisecond_value)\("(\w+)"', emf.split("pub fn emf_line", 1)[1].split("\n}\n", 1)[0]))
+    assert named == written, (sorted(named - written), sorted(written - named))
+    print(f"{len(variables)} variables, {len(flags)} flags and {len(named)} worker metrics checked")
