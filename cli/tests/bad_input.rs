@@ -2,6 +2,9 @@
 //! request (exit 2, one line, nothing written), a missing table or queue is named in one line
 //! with what to do (exit 1), and listings print ids from the table escaped.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::collections::HashMap;
 use std::process::{Command, Output};
 
@@ -166,11 +169,7 @@ fn missing_credentials_or_region_are_named_at_once() {
 // Against the local engine
 
 fn engine() -> Option<tokio::runtime::Runtime> {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
-        return None;
-    }
+    local_engine::endpoint(module_path!())?;
     Some(tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap())
 }
 

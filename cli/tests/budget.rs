@@ -2,6 +2,9 @@
 //! through a store that answers every request 2.5 s late they still succeed, and against one that
 //! never answers they fail with a timeout message, not a throttling one.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 #[path = "../../core/tests/common/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
@@ -32,11 +35,7 @@ fn text(o: &std::process::Output) -> String {
 
 /// The local engine's endpoint and a proxy in front of it, or `None` without an engine.
 async fn setup() -> Option<(String, String, Arc<proxy::Faults>, String)> {
-    let Ok(engine) = std::env::var("AWS_ENDPOINT_URL") else {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
-        return None;
-    };
+    let engine = local_engine::endpoint(module_path!())?;
     let faults = Arc::new(proxy::Faults::default());
     let upstream = engine.trim_start_matches("http://").trim_end_matches('/').to_string();
     let url = proxy::proxy(upstream, faults.clone()).await;

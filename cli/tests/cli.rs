@@ -1,6 +1,9 @@
 //! The `leaselock` binary as an operator uses it: help text, exit codes, one-line errors, and
 //! the table commands against the local engine.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::process::{Command, Output};
 
 fn leaselock(args: &[&str]) -> Output {
@@ -73,12 +76,7 @@ fn bad_flags_and_ids_exit_2_with_one_line() {
 
 /// Runs against the local engine when it is configured.
 fn engine() -> bool {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_some() {
-        return true;
-    }
-    assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-    eprintln!("skipped: AWS_ENDPOINT_URL is not set");
-    false
+    local_engine::endpoint(module_path!()).is_some()
 }
 
 #[test]

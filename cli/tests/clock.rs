@@ -14,6 +14,9 @@
 //! worker, so that each has room to take work it should not. `scripts/faketime.sh` installs
 //! libfaketime when missing.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -264,9 +267,7 @@ async fn scenario(shift_ms: i64, local_clock: bool, faketime: &str) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_with_its_clock_off_by_2_and_5_s_either_way_keeps_exclusion_and_measures_the_offset() {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "run through scripts/with-services.sh");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
+    if local_engine::endpoint(module_path!()).is_none() {
         return;
     }
     let faketime = faketime();

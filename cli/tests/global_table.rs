@@ -3,6 +3,9 @@
 //! (exit 1), having sent nothing but DescribeTable; with the opt-in they write; `table create`
 //! says what kind of table it made.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 #[path = "../../core/tests/common/recorded.rs"]
 #[allow(dead_code)]
 mod recorded;
@@ -86,9 +89,7 @@ async fn writing_commands_refuse_an_eventually_consistent_global_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_create_says_what_it_made() {
-    let Ok(engine) = std::env::var("AWS_ENDPOINT_URL") else {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
+    let Some(engine) = local_engine::endpoint(module_path!()) else {
         return;
     };
     let table = format!("cli-kind-{}-{:04x}", std::process::id(), rand::random::<u16>());

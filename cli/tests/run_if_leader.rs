@@ -1,6 +1,9 @@
 //! `leaselock run-if-leader` as cron would run it on every host: real processes, real signals,
 //! against the local Redis and the local engine.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -38,14 +41,7 @@ fn scratch(label: &str) -> Scratch {
 }
 
 fn redis_url() -> Option<String> {
-    match std::env::var("LEASELOCK_REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "LEASELOCK_REDIS_URL is not set");
-            eprintln!("skipped: LEASELOCK_REDIS_URL is not set (run through scripts/with-services.sh)");
-            None
-        }
-    }
+    local_engine::redis(module_path!())
 }
 
 /// `leaselock --lease-ms .. run-if-leader NAME [extra] -- sh -c SCRIPT`, on Redis or DynamoDB.
@@ -92,10 +88,7 @@ fn redis() -> Option<Backend> {
 }
 
 fn dynamodb() -> Option<Backend> {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-        return None;
-    }
+    local_engine::endpoint(module_path!())?;
     let table = unique("rif");
     let out = Command::new(env!("CARGO_BIN_EXE_leaselock"))
         .env_remove("LEASELOCK_REDIS_URL")

@@ -10,6 +10,9 @@
 //! drained poll's answer; and no long poll sent after the signal. Four lanes of five runs each
 //! run at once to keep the test near 30 s.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 #[path = "../../core/tests/worker_support/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
@@ -114,9 +117,7 @@ async fn run_once(sqs: &aws_sdk_sqs::Client, table: &str, queue_url: &str, in_fl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_exits_promptly_on_sigterm_twenty_times() {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "run through scripts/with-services.sh");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
+    if local_engine::endpoint(module_path!()).is_none() {
         return;
     }
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;

@@ -2,6 +2,9 @@
 //! older epoch, or (with no grace) a dead session are printed, then one JSON line; work of a
 //! live session never is; `--queue-url` sends a stranded START hint for each.
 
+#[path = "../../core/tests/local_engine/mod.rs"]
+mod local_engine;
+
 use std::process::Output;
 use std::time::Duration;
 
@@ -41,9 +44,7 @@ fn swept(o: &Output) -> (Vec<String>, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_prints_and_hints_the_stranded_ids() {
-    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
-        assert!(std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(), "AWS_ENDPOINT_URL is not set");
-        eprintln!("skipped: AWS_ENDPOINT_URL is not set");
+    if local_engine::endpoint(module_path!()).is_none() {
         return;
     }
     let name = format!("sweep-{}-{:04x}", std::process::id(), rand::random::<u16>());

@@ -209,22 +209,25 @@ async fn only_the_strategys_pick_competes() {
     let opts = ElectionOptions::default().wait(Duration::from_millis(300)).retry_delay(Duration::from_millis(20));
     let low = elector(&backend, "low", opts.clone());
     let high = elector(&backend, "high", opts);
-    let (a, b) = tokio::join!(
-        low.run_if_elected("svc", Candidate::new("", 1.0), &Strategy::HighestScore, |_| async {}),
-        async {
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            high.run_if_elected("svc", Candidate::new("", 9.0), &Strategy::HighestScore, |t| async move {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                t.fence()
-            })
-            .await
-        }
-    );
-    // Low registered first and may have led alone for a moment; once high is there, only high runs.
-    assert!(matches!(b.unwrap(), Outcome::Led { .. }));
-    if let Outcome::Skipped { holder } = a.unwrap() {
-        assert_eq!(holder.as_deref(), Some("high"));
-    }
+    // High is a candidate (registered as its heartbeat would) and nobody leads: low, not the
+    // pick, does not compete, and its action never runs.
+    let candidates = low.candidates_key("svc");
+    backend.register(&candidates, &Candidate::new("high", 9.0), Duration::from_secs(10)).await.unwrap();
+    let ran = AtomicU32::new(0);
+    let a = low
+        .run_if_elected("svc", Candidate::new("", 1.0), &Strategy::HighestScore, |_| async {
+            ran.fetch_add(1, Ordering::SeqCst);
+        })
+        .await
+        .unwrap();
+    assert!(a.is_skipped(), "{a:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "low's action ran although high is the pick");
+    // High, the pick, leads.
+    let b = high
+        .run_if_elected("svc", Candidate::new("", 9.0), &Strategy::HighestScore, |t| async move { t.fence() })
+        .await
+        .unwrap();
+    assert!(matches!(b, Outcome::Led { .. }), "{b:?}");
     let preferred = Strategy::PreferredNode("low".into());
     let out = low.run_if_elected("svc2", Candidate::new("", 1.0), &preferred, |_| async { "ran" }).await.unwrap();
     assert!(matches!(out, Outcome::Led { value: "ran", .. }));

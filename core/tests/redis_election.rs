@@ -2,6 +2,8 @@
 //! the store's scripts, its typed errors, and the same contending processes as on DynamoDB.
 
 mod election_support;
+#[path = "local_engine/mod.rs"]
+mod local_engine;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -22,17 +24,7 @@ fn contender() {
 }
 
 fn url() -> Option<String> {
-    match std::env::var("LEASELOCK_REDIS_URL") {
-        Ok(url) => Some(url),
-        Err(_) => {
-            assert!(
-                std::env::var_os("LEASELOCK_REQUIRE_SERVICES").is_none(),
-                "LEASELOCK_REDIS_URL is not set; run through scripts/with-services.sh"
-            );
-            eprintln!("skipped: LEASELOCK_REDIS_URL is not set (make test-rust starts the local Redis)");
-            None
-        }
-    }
+    local_engine::redis(module_path!())
 }
 
 /// A key prefix no other test uses.

@@ -22,6 +22,9 @@ BACKENDS = ["dynamodb", "redis"]
 def redis_url() -> str:
     url = os.environ.get("LEASELOCK_REDIS_URL")
     if not url:
+        # Under `make test` (LEASELOCK_REQUIRE_SERVICES) or CI a missing Redis is a failure.
+        if os.environ.get("LEASELOCK_REQUIRE_SERVICES") or os.environ.get("CI"):
+            pytest.fail("LEASELOCK_REDIS_URL is not set: run under scripts/with-services.sh")
         pytest.skip("no Redis: run under scripts/with-services.sh")
     return url
 
