@@ -46,7 +46,7 @@ export LEASELOCK_PARTITION_WCU=1000 LEASELOCK_PARTITION_RCU=3000
 # The graceful run's engine is nested in the crash run's, so the Redis both wrappers check is
 # started (if at all) once.
 MOTO_PORT="${FAILOVER_CRASH_PORT:-4584}" scripts/with-services.sh bash -c '
-  "$bin" --lease-ms "$lease" --renew-ms "$renew" --skew-ms "$skew" \
+  "$bin" --lease-ms "$lease" --renew-ms "$renew" --clock-skew-ms "$skew" \
     bench-failover --kind crash --failures "$failures" --orphan-interval-ms "$orphan" \
     --steady-ms "$steady" >"$out/crash.json" &
   crash=$!
@@ -57,7 +57,7 @@ MOTO_PORT="${FAILOVER_CRASH_PORT:-4584}" scripts/with-services.sh bash -c '
 # Session mode at the 5 s session lease, unscaled: 3 workers of 100 connections (a message every
 # 50 s per stream, so the engine serves the leases rather than the feed).
 MOTO_PORT="${FAILOVER_SESSION_PORT:-4586}" scripts/with-services.sh \
-  "$bin" --lease-ms 5000 --renew-ms 1250 --skew-ms 250 --mode session \
+  "$bin" --lease-ms 5000 --renew-ms 1250 --clock-skew-ms 250 --mode session \
   bench-failover --kind crash --failures "$session_failures" --orphan-interval-ms 500 \
   --connections "$session_connections" --workers 3 --rate 0.02 --steady-ms "$steady" >"$out/session.json"
 python3 bench/failover.py "$out/crash.json" "$out/graceful.json" "$out/session.json"

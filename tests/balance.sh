@@ -21,7 +21,7 @@ trap 'rm -f "$log"' EXIT
 scenario() {
 local languages=$1 status=0
 echo "balance: workers in turn: $languages"
-"$BIN" --lease-ms 10000 --renew-ms 1000 --skew-ms 500 --mode session balance-demo \
+"$BIN" --lease-ms 10000 --renew-ms 1000 --clock-skew-ms 500 --mode session balance-demo \
   --connections $CONNECTIONS --workers $WORKERS --stagger-secs $STAGGER --within-secs $WITHIN \
   --tolerance $TOLERANCE --rate 0.1 --languages "$languages" --dir target/fleet-logs/balance | tee "$log" || status=$?
 report=$(tail -n 1 "$log")

@@ -31,7 +31,7 @@ mode=${run%%:*} victims=${run#*:}
 n=$((n + 1))
 echo "fleet: run $n, mode $mode, SIGKILL/SIGSTOP/SIGTERM on $victims"
 status=0
-"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --skew-ms $SKEW_MS --mode "$mode" demo --zombie \
+"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --clock-skew-ms $SKEW_MS --mode "$mode" demo --zombie \
   --languages "$LANGUAGES" --victims "$victims" \
   --connections 18 --rate 2 --settle-secs 3 --orphan-interval-ms 1000 --desired-state-interval-ms 1000 \
   --dir "target/fleet-logs/$n-$mode" | tee "$log" || status=$?

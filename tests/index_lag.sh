@@ -27,7 +27,7 @@ PY
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --skew-ms $SKEW_MS --mode session bench-failover --kind fresh \
+"$BIN" --lease-ms $LEASE_MS --renew-ms $RENEW_MS --clock-skew-ms $SKEW_MS --mode session bench-failover --kind fresh \
   --failures "$ROUNDS" --connections 0 --workers 3 --orphan-interval-ms $ORPHAN_MS \
   --dir target/fleet-logs/index-lag | tee "$log" || status=$?
 python3 - "$(tail -n 1 "$log")" "$status" "$ROUNDS" $((LEASE_MS + SKEW_MS + OWNER_INDEX_LAG_MS + ORPHAN_MS + 1000)) <<'PY'

@@ -270,7 +270,7 @@ impl<'a> Launch<'a> {
                 cmd.args(["--table", self.lease_table, "--messages-table", self.messages_table])
                     .args(["--index-name", &c.index_name, "--key-prefix", &c.key_prefix])
                     .args(["--lease-ms", &c.lease_ms().to_string(), "--renew-ms", &c.renew_ms().to_string()])
-                    .args(["--skew-ms", &c.skew_ms().to_string(), "--mode", c.mode.as_str()])
+                    .args(["--clock-skew-ms", &c.skew_ms().to_string(), "--mode", c.mode.as_str()])
                     .args([
                         "worker",
                         "--worker-id",

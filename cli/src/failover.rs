@@ -524,7 +524,7 @@ pub async fn run(args: &TableArgs, f: FailoverArgs) -> CliResult {
             ["--table", &lease_table, "--messages-table", &messages_table],
             ["--index-name", &config.index_name, "--key-prefix", &config.key_prefix],
             ["--lease-ms", &config.lease_ms().to_string(), "--renew-ms", &config.renew_ms().to_string()],
-            ["--skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()],
+            ["--clock-skew-ms", &config.skew_ms().to_string(), "--mode", config.mode.as_str()],
         ]
         .iter()
         .flatten()

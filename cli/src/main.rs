@@ -47,8 +47,15 @@ pub struct TableArgs {
     /// Renew interval, ms.
     #[arg(long, env = "LEASELOCK_RENEW_MS", default_value_t = 5_000, global = true)]
     pub renew_ms: u64,
-    /// Largest clock difference tolerated between workers, ms.
-    #[arg(long, env = "LEASELOCK_CLOCK_SKEW_MS", default_value_t = 1_000, global = true)]
+    /// Largest clock difference tolerated between workers, ms (`--skew-ms` is the older
+    /// spelling, still accepted).
+    #[arg(
+        long = "clock-skew-ms",
+        visible_alias = "skew-ms",
+        env = "LEASELOCK_CLOCK_SKEW_MS",
+        default_value_t = 1_000,
+        global = true
+    )]
     pub skew_ms: u64,
     /// Retry budget of a command that holds no lease (start, stop, get, listings, table create), ms.
     #[arg(long, env = "LEASELOCK_OPERATION_BUDGET_MS", default_value_t = 10_000, global = true)]

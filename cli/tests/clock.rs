@@ -106,7 +106,7 @@ fn worker_command(table: &str, messages: &str, name: &str, logs: &Path) -> Comma
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));
     cmd.args(["--table", table, "--messages-table", messages])
         .args(["--lease-ms", &LEASE_MS.to_string(), "--renew-ms", &RENEW_MS.to_string()])
-        .args(["--skew-ms", &SKEW_MS.to_string()])
+        .args(["--clock-skew-ms", &SKEW_MS.to_string()])
         .args(["worker", "--worker-id", name, "--max-connections", &MAX_PER_WORKER.to_string()])
         .args(["--metrics-interval-ms", "1000", "--orphan-interval-ms", "1000", "--desired-state-interval-ms", "1000"])
         .env("LEASELOCK_LOG", "info")

@@ -54,7 +54,7 @@ fn run_if_leader(backend: &Backend, name: &str, lease_ms: u64, extra: &[&str], s
         &lease_ms.to_string(),
         "--renew-ms",
         &renew,
-        "--skew-ms",
+        "--clock-skew-ms",
         &skew,
         "--key-prefix",
         &backend.prefix,

@@ -19,7 +19,7 @@ async fn leaselock(table: &str, args: &[&str]) -> Output {
     let (lease, renew, skew) = (LEASE_MS.to_string(), RENEW_MS.to_string(), SKEW_MS.to_string());
     Command::new(env!("CARGO_BIN_EXE_leaselock"))
         .args(["--table", table, "--messages-table", &format!("{table}-messages"), "--mode", "session"])
-        .args(["--lease-ms", &lease, "--renew-ms", &renew, "--skew-ms", &skew])
+        .args(["--lease-ms", &lease, "--renew-ms", &renew, "--clock-skew-ms", &skew])
         .args(args)
         .env_remove("LEASELOCK_QUEUE_URL")
         .env_remove("LEASELOCK_SWEEP_GRACE_MS")
