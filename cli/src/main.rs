@@ -52,6 +52,7 @@ pub struct TableArgs {
     #[arg(
         long = "clock-skew-ms",
         visible_alias = "skew-ms",
+        value_name = "CLOCK_SKEW_MS",
         env = "LEASELOCK_CLOCK_SKEW_MS",
         default_value_t = 1_000,
         global = true
