@@ -2,6 +2,7 @@
 row on the same tables (a second run must not trip over what the first left):
 
 - every ```python block, each in a process of its own, in page order;
+- the Python package's README's ```python blocks too;
 - every ```rust block is an include of an example program of the crate (core/examples/): the
   manual_* ones are built and run twice here, the readme_* ones by test_readme.py.
 
@@ -65,6 +66,19 @@ def test_manual_python_samples_run_twice() -> None:
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
             assert done.returncode == 0, f"run {run}, {page} sample {i}:\n{code}\n--- stderr:\n{done.stderr}"
     print(f"{len(samples)} Python samples of the manual ran twice")
+
+
+def test_the_python_packages_readme_samples_run_twice() -> None:
+    """bindings/python/README.md's samples, the same way."""
+    readme = ROOT / "bindings" / "python" / "README.md"
+    samples = re.findall(r"^```python\n(.*?)^```$", readme.read_text(), flags=re.S | re.M)
+    assert samples
+    table = unique("py-package-readme")
+    for run in (1, 2):
+        for i, code in enumerate(samples, 1):
+            code = code.replace('"leases"', repr(table))
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, f"run {run}, bindings/python/README.md sample {i}:\n{done.stderr}"
 
 
 def test_manual_rust_samples_run_twice() -> None:

@@ -1,7 +1,7 @@
 'use strict';
-// The manual's Node samples (every ```js block of docs/src/*.md, in the book's order), each run
-// as written (an ES module importing the package by its name) against the local engine, twice
-// in a row on the same table. A table name 'leases' in a sample is replaced by this run's own.
+// The manual's Node samples (every ```js block of docs/src/*.md, in the book's order; then the
+// package README's), each run as written (an ES module importing the package by its name)
+// against the local engine, twice in a row on the same table. A table name 'leases' in a sample is replaced by this run's own.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -36,4 +36,22 @@ test("the manual's Node samples run twice in a row against the local engine", ()
     });
   }
   console.log(`${all.length} Node samples of the manual ran twice`);
+});
+
+test("the package README's Node samples run twice in a row against the local engine", () => {
+  const readme = fs.readFileSync(path.join(__dirname, '../README.md'), 'utf8');
+  const all = [...readme.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
+  assert.ok(all.length > 0, 'no Node sample in bindings/wasm/README.md');
+  const table = `package-readme-${process.pid}-${Date.now().toString(36)}`;
+  for (const run of [1, 2]) {
+    all.forEach((code, i) => {
+      const done = spawnSync(process.execPath, ['--input-type=module', '-e', code.replaceAll("'leases'", `'${table}'`)], {
+        cwd: path.join(__dirname, '..'),
+        env: process.env,
+        encoding: 'utf8',
+        timeout: 180_000,
+      });
+      assert.equal(done.status, 0, `run ${run}, bindings/wasm/README.md sample ${i + 1}:\n--- stderr:\n${done.stderr}`);
+    });
+  }
 });
