@@ -184,7 +184,7 @@ export declare class Lease {
   renew(options?: Abortable): Promise<this>;
   checkpoint(seq: number, options?: Abortable): Promise<this>;
   release(options?: Abortable): Promise<void>;
-  write(items: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<this>;
+  write(writes: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<this>;
   toJSON(): LeaseData;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -201,7 +201,7 @@ export declare class Connection {
   /** The store's time now (epoch ms), measured from DynamoDB's answers: stamp writes with it. */
   nowMs(): number;
   checkpoint(seq: number, options?: Abortable): Promise<Lease>;
-  write(items: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<Lease>;
+  write(writes: TransactWriteItem[], options?: { checkpoint?: number } & Abortable): Promise<Lease>;
 }
 
 export interface WorkerOptions {

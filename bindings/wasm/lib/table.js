@@ -313,14 +313,14 @@ class LeaseTable {
     return this.#run(() => this.#rules.release(JSON.stringify(data)), signal);
   }
 
-  async _write(data, items, seq, signal) {
-    if (!Array.isArray(items)) {
-      throw invalid('items', 'must be an array of TransactWriteItems entries');
+  async _write(data, writes, seq, signal) {
+    if (!Array.isArray(writes)) {
+      throw invalid('writes', 'must be an array of TransactWriteItems entries');
     }
     const token = crypto.randomUUID();
     const checkpoint = seq === undefined ? -1 : count('checkpoint', seq);
-    const op = () => this.#rules.fencedWrite(JSON.stringify(data), this.clock.now(), checkpoint, items.length, token);
-    return this.#run(op, signal, items);
+    const op = () => this.#rules.fencedWrite(JSON.stringify(data), this.clock.now(), checkpoint, writes.length, token);
+    return this.#run(op, signal, writes);
   }
 }
 
@@ -435,13 +435,13 @@ class Lease {
   }
 
   /**
-   * Applies `items` (TransactWriteItems entries: `{ Put }`, `{ Update }`, `{ Delete }`,
+   * Applies `writes` (TransactWriteItems entries: `{ Put }`, `{ Update }`, `{ Delete }`,
    * `{ ConditionCheck }`, at most 99) atomically with a check that the lease is still ours;
    * with `checkpoint`, also moves `lastSeq` to it in the same transaction.
    */
-  write(items, { checkpoint, signal } = {}) {
+  write(writes, { checkpoint, signal } = {}) {
     return this.#serial.run(async () => {
-      await this.#table._write(this.#data, items, checkpoint, signal);
+      await this.#table._write(this.#data, writes, checkpoint, signal);
       if (checkpoint !== undefined) {
         this.#data = { ...this.#data, lastSeq: checkpoint };
       }

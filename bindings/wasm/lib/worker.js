@@ -78,9 +78,9 @@ class Connection {
     return this.#lease.checkpoint(seq, options).catch(this.#onLost);
   }
 
-  /** A fenced write (see `Lease.write`): `items` apply only while the lease is ours. */
-  write(items, options) {
-    return this.#lease.write(items, options).catch(this.#onLost);
+  /** A fenced write (see `Lease.write`): `writes` apply only while the lease is ours. */
+  write(writes, options) {
+    return this.#lease.write(writes, options).catch(this.#onLost);
   }
 }
 

@@ -172,6 +172,13 @@ test('hostile values at every entry point are refused naming the option; the tab
   await refused('mode', newTable({ mode: big }), '5 MB mode');
   await refused('leaseMs', newTable({ leaseMs: big }), '5 MB leaseMs');
   await refused('options', newTable({ [big]: 1 }), '5 MB option key');
+  const plain = 'x'.repeat(5_000_000);
+  await refused(['candidate', 'candidate.score'], () => elector.runIfElected('jobs', { score: plain }, 'HighestScore', action), '5 MB score');
+  await refused(['candidate', 'candidate.metadata'], () => elector.runIfElected('jobs', { metadata: plain }, 'HighestScore', action), '5 MB metadata');
+  // Too many writes for one transaction: named as the argument is (`writes`, as in every language).
+  const check = { ConditionCheck: { TableName: tableName, Key: { connection_id: { S: 'stream-1' } }, ConditionExpression: 'attribute_exists(connection_id)' } };
+  await refused('writes', () => lease.write(Array.from({ length: 100 }, () => check)), '100 writes');
+  await refused('writes', () => lease.write('not an array'), 'writes not an array');
   // Nothing was written, and the module still works.
   assert.deepEqual(await scan(), before);
   assert.equal((await table.get('stream-1')).owner, 'owner-1');
