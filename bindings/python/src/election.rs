@@ -30,6 +30,7 @@ const ELECTOR_NAMES: &[(&str, &str)] = &[
     ("min_lease", "min_lease_ms"),
     ("retry_delay", "retry_ms"),
     ("term", "term_ms"),
+    ("candidate_ttl", "candidate_ttl_ms"),
 ];
 
 /// Core's strategic-election names and the arguments the caller passed.
@@ -208,7 +209,7 @@ pub struct PyLeaderElector {
 impl PyLeaderElector {
     #[new]
     #[pyo3(signature = (backend, candidate_id, *, wait_ms=Arg::Int(0), min_lease_ms=Arg::Int(0), retry_ms=Arg::Int(200),
-        key_prefix=Arg::Text(""), term_ms=Arg::Absent))]
+        key_prefix=Arg::Text(""), term_ms=Arg::Absent, candidate_ttl_ms=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -219,6 +220,7 @@ impl PyLeaderElector {
         retry_ms: Arg,
         key_prefix: Arg,
         term_ms: Arg,
+        candidate_ttl_ms: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let backend: Arc<dyn ElectionBackend> = if let Ok(table) = backend.cast::<PyLeaseTable>() {
@@ -238,6 +240,9 @@ impl PyLeaderElector {
                 .key_prefix(key_prefix.text(py, "key_prefix")?);
             if let Some(t) = term_ms.opt_ms(py, "term_ms")? {
                 options = options.term(t);
+            }
+            if let Some(t) = candidate_ttl_ms.opt_ms(py, "candidate_ttl_ms")? {
+                options = options.candidate_ttl(t);
             }
             let elector =
                 LeaderElector::new(backend, candidate_id, options).map_err(|e| to_py_named(py, e, ELECTOR_NAMES))?;

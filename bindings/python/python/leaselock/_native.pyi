@@ -334,6 +334,7 @@ class LeaderElector:
         retry_ms: int = ...,
         key_prefix: str = ...,
         term_ms: Optional[int] = ...,
+        candidate_ttl_ms: Optional[int] = ...,
     ) -> LeaderElector: ...
     @property
     def candidate_id(self) -> str: ...

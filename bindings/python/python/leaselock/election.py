@@ -167,7 +167,9 @@ class LeaderElector:
     one try); ``min_lease_ms``: keep the lease at least this long after the claim, so a job run
     on every host runs once per period; ``retry_ms``: pause between tries; ``key_prefix``:
     before every election key; ``term_ms``: how often a strategic leader asks the strategy
-    again (default: the lease). Bad settings raise :class:`InvalidInput`.
+    again (default: the lease); ``candidate_ttl_ms``: how long a strategic candidate's
+    registration lives without a refresh (default: the lease). Bad settings raise
+    :class:`InvalidInput`.
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class LeaderElector:
         retry_ms: int = 200,
         key_prefix: str = "",
         term_ms: Optional[int] = None,
+        candidate_ttl_ms: Optional[int] = None,
     ) -> None:
         native_backend = getattr(backend, "_native", backend)
         self._native = _native.LeaderElector(
@@ -190,6 +193,7 @@ class LeaderElector:
             retry_ms=retry_ms,
             key_prefix=key_prefix,
             term_ms=term_ms,
+            candidate_ttl_ms=candidate_ttl_ms,
         )
 
     @property
