@@ -37,6 +37,9 @@ const CLOCK_ALARM_PERIODS = 3;
 /** Consecutive one-minute periods whose reconciler runs were all cut short before the alarm fires. */
 const INCOMPLETE_ALARM_PERIODS = 3;
 
+/** Consecutive one-minute periods of lost leases, claim errors or slow renewals before a worker alarm fires. */
+const WORKER_ALARM_PERIODS = 3;
+
 /** Commands the router takes from the command queue per invocation. */
 const COMMAND_BATCH_SIZE = 10;
 
@@ -259,6 +262,7 @@ export class LeaseCoordinator extends Construct {
     this.addAlarms(
       props.orphanAlarmPeriods ?? 5,
       (props.clockSkew ?? Duration.seconds(1)).toMilliseconds(),
+      (props.leaseDuration ?? Duration.seconds(20)).toMilliseconds(),
       props.alarmTopic,
     );
     this.addDashboard();
@@ -336,7 +340,21 @@ export class LeaseCoordinator extends Construct {
     });
   }
 
-  private addAlarms(orphanAlarmPeriods: number, clockSkewMs: number, topic: sns.ITopic | undefined): void {
+  private addAlarms(
+    orphanAlarmPeriods: number,
+    clockSkewMs: number,
+    leaseMs: number,
+    topic: sns.ITopic | undefined,
+  ): void {
+    // A worker metric above zero in every minute of WORKER_ALARM_PERIODS (the fleet's sum).
+    const everyMinute = (metricName: string, id: string, alarmDescription: string) =>
+      leaseMetric(this.metricsNamespace, 'worker', metricName, 'Sum').createAlarm(this, id, {
+        alarmDescription,
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: WORKER_ALARM_PERIODS,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      });
     // Any message in a dead-letter queue.
     const deadLetterAlarm = (queue: sqs.Queue, id: string, alarmDescription: string) =>
       queue
@@ -401,6 +419,36 @@ export class LeaseCoordinator extends Construct {
         threshold: clockSkewMs,
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluationPeriods: CLOCK_ALARM_PERIODS,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      everyMinute(
+        'LeasesLost',
+        'LeasesLostAlarm',
+        `Workers lost leases (a renewal did not succeed before its deadline) in each of ${WORKER_ALARM_PERIODS} ` +
+          'consecutive minutes: throttling, a slow store or paused workers (RenewLatency and the workers\' logs say ' +
+          'which). The work is claimed again after lease + skew.',
+      ),
+      everyMinute(
+        'AcquireErrors',
+        'AcquireErrorsAlarm',
+        `Workers' claims failed with errors (not conflicts) in each of ${WORKER_ALARM_PERIODS} consecutive minutes: ` +
+          'throttling, permissions or a missing table or index (the workers\' logs name the error).',
+      ),
+      // The p99 renewal latency against a fifth of the lease: multiplied, as the SAM template
+      // cannot divide a parameter.
+      new cloudwatch.MathExpression({
+        expression: '5 * latency',
+        label: 'Five times the p99 renewal latency of the workers (ms)',
+        usingMetrics: { latency: leaseMetric(this.metricsNamespace, 'worker', 'RenewLatency', 'p99') },
+        period: Duration.minutes(1),
+      }).createAlarm(this, 'RenewLatencyAlarm', {
+        alarmDescription:
+          `The workers' p99 renewal latency has been above a fifth of the lease for ${WORKER_ALARM_PERIODS} ` +
+          'consecutive minutes: renewals are at risk of missing their deadlines (a slow or throttled store, ' +
+          'overloaded workers).',
+        threshold: leaseMs,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: WORKER_ALARM_PERIODS,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
     ];

@@ -333,17 +333,57 @@ describe('LeaseCoordinator', () => {
     synth({ clockSkew: Duration.millis(400) }).template.hasResourceProperties('AWS::CloudWatch::Alarm', clockAlarm(400));
   });
 
+  test("alarms fire on the workers' lost leases, claim errors and slow renewals", () => {
+    const { template } = synth();
+    for (const metric of ['LeasesLost', 'AcquireErrors']) {
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'leaselock',
+        MetricName: metric,
+        Dimensions: [{ Name: 'Service', Value: 'worker' }],
+        Statistic: 'Sum',
+        Period: 60,
+        EvaluationPeriods: 3,
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+        TreatMissingData: 'notBreaching',
+      });
+    }
+    // p99 above a fifth of the lease: five times the p99 against the lease.
+    const latencyAlarm = (leaseMs: number) => ({
+      Metrics: [
+        Match.objectLike({ Id: 'expr_1', Expression: '5 * latency', ReturnData: true }),
+        {
+          Id: 'latency',
+          MetricStat: {
+            Metric: { Namespace: 'leaselock', MetricName: 'RenewLatency', Dimensions: [{ Name: 'Service', Value: 'worker' }] },
+            Period: 60,
+            Stat: 'p99',
+          },
+          ReturnData: false,
+        },
+      ],
+      Threshold: leaseMs,
+      ComparisonOperator: 'GreaterThanThreshold',
+      EvaluationPeriods: 3,
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', latencyAlarm(20_000));
+    synth({ leaseDuration: Duration.seconds(30) }).template.hasResourceProperties('AWS::CloudWatch::Alarm', latencyAlarm(30_000));
+  });
+
   test('every alarm notifies the alarm topic when one is given', () => {
     const stack = new Stack(testApp(), 'Test');
     const topic = new sns.Topic(stack, 'Topic');
     new LeaseCoordinator(stack, 'Coordinator', { ...placeholderCodeDirs(), alarmTopic: topic });
     const found = Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm');
     assert.deepEqual(Object.keys(found).map((id) => id.replace(/^Coordinator|[0-9A-F]{8}$/g, '')).sort(), [
+      'AcquireErrorsAlarm',
       'ClockOffsetAlarm',
       'CommandDeadLetterQueueAlarm',
       'DeadLetterQueueAlarm',
+      'LeasesLostAlarm',
       'OrphansAlarm',
       'ReconcilerIncompleteAlarm',
+      'RenewLatencyAlarm',
     ]);
     const alarms = Object.values(found);
     for (const alarm of alarms) {
