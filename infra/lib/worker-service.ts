@@ -90,9 +90,16 @@ export class WorkerService extends Construct {
     const role = this.taskDefinition.taskRole;
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({
-        // acquire, renew, release, checkpoint, get, the batched desired-state check, and the table
-        // check at start (DescribeTable: a global table must be MRSC).
-        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem', 'dynamodb:DescribeTable'],
+        // acquire, renew, release, checkpoint, get, the batched desired-state check, the table
+        // check at start (DescribeTable: a global table must be MRSC), and the ConditionCheck on
+        // the lease item that session mode's takeovers and fenced writes put in a transaction.
+        actions: [
+          'dynamodb:GetItem',
+          'dynamodb:UpdateItem',
+          'dynamodb:BatchGetItem',
+          'dynamodb:DescribeTable',
+          'dynamodb:ConditionCheckItem',
+        ],
         resources: [coordinator.table.tableArn],
       }),
     );
@@ -102,7 +109,8 @@ export class WorkerService extends Construct {
     );
     role.addToPrincipalPolicy(
       new iam.PolicyStatement({
-        actions: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility'],
+        // Hints in; on SIGTERM, the released work hinted to the rest of the fleet.
+        actions: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility', 'sqs:SendMessage'],
         resources: [coordinator.queue.queueArn],
       }),
     );

@@ -99,7 +99,13 @@ describe('WorkerService', () => {
       PolicyDocument: {
         Statement: [
           {
-            Action: ['dynamodb:GetItem', 'dynamodb:UpdateItem', 'dynamodb:BatchGetItem', 'dynamodb:DescribeTable'],
+            Action: [
+              'dynamodb:GetItem',
+              'dynamodb:UpdateItem',
+              'dynamodb:BatchGetItem',
+              'dynamodb:DescribeTable',
+              'dynamodb:ConditionCheckItem',
+            ],
             Effect: 'Allow',
             Resource: arnOf(stack, coordinator.table),
           },
@@ -112,7 +118,7 @@ describe('WorkerService', () => {
             ],
           },
           {
-            Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility'],
+            Action: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:ChangeMessageVisibility', 'sqs:SendMessage'],
             Effect: 'Allow',
             Resource: arnOf(stack, coordinator.queue),
           },
