@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make docs: the manual and the API reference of each language, into target/docs/:
 #   index.html ...  the manual (mdBook, from docs/src/; scripts/install-docs-tools.sh installs
-#                   mdBook and Graphviz when missing);
+#                   mdBook and Graphviz when missing; its CLI reference is the --help of every
+#                   command of the CLI as built, scripts/cli-reference.py);
 #   diagrams/       its diagrams, SVG, rendered by Graphviz from docs/diagrams/ (*.dot with dot,
 #                   *.seq sequence diagrams through scripts/seq2dot.py and neato);
 #   rust/           rustdoc of the leaselock crate (its examples are doc tests, run by make test-rust);
@@ -22,6 +23,10 @@ mkdir -p "$out"
 
 echo "docs: manual"
 scripts/install-docs-tools.sh
+# The CLI reference page includes every command's --help, from the CLI as built.
+cargo build -q -p leaselock-cli
+mkdir -p target/docs-cli
+scripts/cli-reference.py target/debug/leaselock >target/docs-cli/commands.md
 target/docs-tools/bin/mdbook build -d "$PWD/$out" docs 2>&1 | { grep -v ' \[INFO\] ' || true; }
 [[ -s $out/index.html ]] || { echo "docs: mdbook wrote no index.html" >&2; exit 1; }
 mkdir -p "$out/diagrams"
