@@ -57,12 +57,25 @@ impl LeaseMode {
         }
     }
 
+    /// The mode named `s`: `per-item` (`item` is the older spelling, still accepted) or
+    /// `session`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "per-item" | "per_item" | "item" => Some(LeaseMode::PerItem),
+            "per-item" | "item" => Some(LeaseMode::PerItem),
             "session" => Some(LeaseMode::Session),
             _ => None,
         }
+    }
+
+    /// [`LeaseMode::parse`], or an [`Error::InvalidInput`] naming `field` (the option as the
+    /// caller wrote it) and quoting the value escaped: what every binding answers.
+    pub fn parse_option(field: &str, s: &str) -> crate::Result<Self> {
+        Self::parse(s).ok_or_else(|| {
+            crate::Error::invalid(
+                field,
+                format!("{} is not a lease mode (\"per-item\" or \"session\")", crate::render::value(s)),
+            )
+        })
     }
 }
 

@@ -74,7 +74,7 @@ impl Error {
 
 /// The most an error's detail says, in bytes: what it quotes of a value the caller passed may
 /// be megabytes long, and an error message is read by a person and copied into logs.
-pub const MAX_DETAIL_BYTES: usize = 300;
+pub const MAX_DETAIL_BYTES: usize = 800;
 
 impl Error {
     /// Bad input in `field`, refused before anything was written. The message is cut to

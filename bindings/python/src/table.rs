@@ -154,19 +154,7 @@ impl PyLeaseTable {
     ) -> PyResult<Self> {
         guarded(|| {
             let mode = mode.text(py, "mode")?;
-            let mode = match mode.as_str() {
-                // "item": the older spelling, still accepted.
-                "per-item" | "item" => LeaseMode::PerItem,
-                "session" => LeaseMode::Session,
-                other => {
-                    let shown = leaselock::render::value(other);
-                    return Err(invalid(
-                        py,
-                        "mode",
-                        &format!("invalid mode: {shown} is not \"per-item\" or \"session\""),
-                    ));
-                }
-            };
+            let mode = LeaseMode::parse_option("mode", &mode).map_err(|e| to_py(py, e))?;
             let mut config = TableConfig::new(table_name.text(py, "table_name")?)
                 .mode(mode)
                 .lease_duration(lease_ms.ms(py, "lease_ms")?)

@@ -6,11 +6,6 @@ use std::time::Duration;
 use leaselock::{Attributes, Error, LeaseMode, Result, TableConfig};
 use serde_json::{Map, Value};
 
-/// The lease modes a table may use: per-item leases (the default) or one session per worker,
-/// named as the CLI names them; `item` is the older spelling of `per-item`, still accepted.
-const MODES: &[(&str, LeaseMode)] =
-    &[("per-item", LeaseMode::PerItem), ("item", LeaseMode::PerItem), ("session", LeaseMode::Session)];
-
 /// The options of `new LeaseTable(...)` other than `client`.
 const OPTIONS: &[&str] = &[
     "tableName",
@@ -37,12 +32,7 @@ pub fn table_config(options_json: &str) -> Result<TableConfig> {
     known_keys(&options, "", OPTIONS)?;
     let mode = match string(&options, "mode")? {
         None => LeaseMode::PerItem,
-        Some(m) => MODES.iter().find(|(name, _)| *name == m).map(|(_, mode)| *mode).ok_or_else(|| {
-            invalid(
-                "mode",
-                format!("{} is not a lease mode (\"per-item\" or \"session\")", leaselock::render::value(&m)),
-            )
-        })?,
+        Some(m) => LeaseMode::parse_option("mode", &m)?,
     };
     let table_name = string(&options, "tableName")?.ok_or_else(|| invalid("tableName", "required"))?;
     let mut config = TableConfig::new(table_name).mode(mode);
