@@ -13,6 +13,12 @@
 //!
 //! Per-item mode also runs with the orphan index sharded (`TableConfig::orphan_shards`) over
 //! each of the listed counts (default 64; an empty list runs none).
+//!
+//! Session mode runs with its orphan index sharded `FLEET_SIM_SESSION_SHARDS` ways (default 64:
+//! one STARTED partition value takes 1,000 write units a second, and every claim moves its
+//! item's index sort key, 2 units, so one value cold-starts at most 500 connections a second).
+//! `FLEET_SIM_MODES` (a comma-separated list of mode names, e.g. `session,session-5s`) runs
+//! only those.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -65,6 +71,15 @@ fn throttled(sim: &Sim, before: &mut (BTreeMap<String, u64>, BTreeMap<String, u6
     out
 }
 
+/// Store operations run since `before` (by kind), and the counts now.
+fn operations(sim: &Sim, before: &mut BTreeMap<String, u64>) -> Value {
+    let now: BTreeMap<String, u64> = sim.ops.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let since: BTreeMap<String, u64> =
+        now.iter().map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0))).filter(|(_, v)| *v > 0).collect();
+    *before = now;
+    json!(since)
+}
+
 /// Runs until every id runs on exactly one live worker; returns how long that took (ms).
 fn until_all_held(sim: &mut Sim, ids: &[String], limit_ms: u64) -> Option<u64> {
     let from = sim.clock.monotonic_ms();
@@ -87,6 +102,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.account = true;
     sim.behaviour.throttle = std::env::var("FLEET_SIM_THROTTLE").map_or(true, |v| v != "0");
     let mut counted = Default::default();
+    let mut ran = BTreeMap::new();
     let ids: Vec<String> = (0..connections)
         .map(|i| {
             let id = format!("c{i:06}");
@@ -106,7 +122,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     phases.insert(
         "cold_start".into(),
         json!({ "all_held_after_ms": cold, "limit_ms": cold_limit_ms, "held_at_end": held, "peaks": peaks(&sim),
-               "throttled": throttled(&sim, &mut counted) }),
+               "throttled": throttled(&sim, &mut counted), "operations": operations(&sim, &mut ran) }),
     );
     eprintln!("{}: cold start {:?} ms, {held} held ({:.1} s)", m.name, cold, wall.elapsed().as_secs_f64());
 
@@ -114,6 +130,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
     sim.partitions.reset_peaks();
     throttled(&sim, &mut counted);
+    operations(&sim, &mut ran);
     let before: f64 = [TABLE, leaselock::engine::sim::SESSION_ITEMS]
         .iter()
         .map(|p| sim.partitions.total.get(p).copied().unwrap_or(0.0))
@@ -136,6 +153,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
         json!({
             "writes_per_connection_hour": per_hour, "peaks": peaks(&sim), "throttled": throttled(&sim, &mut counted),
             "connections_within_1000_wcu": fit, "table_connections_within_1000_wcu": table_fit,
+            "operations": operations(&sim, &mut ran),
         }),
     );
     eprintln!("{}: steady {per_hour:.1} writes/connection-hour ({:.1} s)", m.name, wall.elapsed().as_secs_f64());
@@ -145,17 +163,19 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     let victims = sim.held_only_by(0);
     sim.crash(0);
     let crash_limit_ms = 120_000;
+    operations(&sim, &mut ran);
     let crash = until_all_held(&mut sim, &ids, crash_limit_ms);
     phases.insert(
         "crash".into(),
         json!({ "connections": victims.len(), "all_held_after_ms": crash, "limit_ms": crash_limit_ms, "peaks": peaks(&sim),
-               "throttled": throttled(&sim, &mut counted) }),
+               "throttled": throttled(&sim, &mut counted), "operations": operations(&sim, &mut ran) }),
     );
     eprintln!("{}: crash of {} -> {:?} ms ({:.1} s)", m.name, victims.len(), crash, wall.elapsed().as_secs_f64());
 
     // A rolling deploy: one worker at a time is shut down and replaced.
     sim.partitions.reset_peaks();
     sim.run_until(sim.clock.monotonic_ms() + 2 * m.lease_ms);
+    operations(&sim, &mut ran);
     let mut gaps = Vec::new();
     for k in 1..=deployed.min(workers - 1) {
         let mine = sim.held_only_by(k);
@@ -176,6 +196,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
             "hand_over_ms": { "p50": pct(0.5), "p99": pct(0.99), "max": gaps.last() },
             "peaks": peaks(&sim),
             "throttled": throttled(&sim, &mut counted),
+            "operations": operations(&sim, &mut ran),
         }),
     );
     eprintln!("{}: deploy of {} ({:.1} s)", m.name, gaps.len(), wall.elapsed().as_secs_f64());
@@ -213,8 +234,14 @@ fn main() {
     for &n in &sharded {
         modes.push(mode(format!("per-item, {n} shards"), LeaseMode::PerItem, n, defaults));
     }
-    modes.push(mode("session".into(), LeaseMode::Session, 1, defaults));
-    modes.push(mode("session-5s".into(), LeaseMode::Session, 1, (5_000, 1_250, 250)));
+    let session_shards: u32 = std::env::var("FLEET_SIM_SESSION_SHARDS")
+        .map_or(64, |v| v.parse().expect("FLEET_SIM_SESSION_SHARDS: a number"));
+    modes.push(mode("session".into(), LeaseMode::Session, session_shards, defaults));
+    modes.push(mode("session-5s".into(), LeaseMode::Session, session_shards, (5_000, 1_250, 250)));
+    if let Ok(only) = std::env::var("FLEET_SIM_MODES") {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        modes.retain(|m| only.contains(&m.name.as_str()));
+    }
     let mut results = serde_json::Map::new();
     for m in &modes {
         results.insert(m.name.clone(), run(m, connections, workers, max, deployed));

@@ -302,6 +302,52 @@ impl MemoryStore {
     fn lost(lease: &Lease) -> Error {
         Error::Lost { id: lease.id.clone() }
     }
+
+    /// One page of orphans below `cutoff_ms`, from shard `start` round all of them (or from
+    /// the cursor's shard, `start` being where the listing began).
+    fn orphan_listing(
+        &self,
+        cutoff_ms: u64,
+        page_size: usize,
+        after: Option<OrphanCursor>,
+        start: u32,
+    ) -> Result<OrphanPage> {
+        let mut table = self.items.lock().expect("memory store poisoned");
+        table.catch_up(self.clock.now_ms());
+        let page_size = page_size.max(1);
+        // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
+        // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
+        // already a cutoff). Shards are read in turn: from `start`, round all of them; a cursor
+        // goes on in its shard.
+        let shards = table.shards.max(1);
+        let first = after.as_ref().map_or(start, |c| c.shard.min(shards - 1));
+        let left = shards - (first + shards - start) % shards;
+        let mut found = (0..left).map(|i| (first + i) % shards).flat_map(|shard| {
+            let end = (shard, cutoff_ms, String::new());
+            let to = Bound::Excluded(end.clone());
+            let from = match &after {
+                Some(c) if shard == first => {
+                    if (c.expires_at_ms, c.key.as_str()) >= (cutoff_ms, "") {
+                        // Past the cutoff: nothing more in this shard.
+                        return table.orphans.range((Bound::Included(end), to));
+                    }
+                    Bound::Excluded((shard, c.expires_at_ms, c.key.clone()))
+                }
+                _ => Bound::Included((shard, 0, String::new())),
+            };
+            table.orphans.range((from, to))
+        });
+        let mut own = found.by_ref().filter(|(_, _, k)| k.starts_with(&self.config.key_prefix));
+        let page: Vec<&(u32, u64, String)> = own.by_ref().take(page_size).collect();
+        let more = own.next().is_some();
+        let next = page.last().filter(|_| more).map(|(shard, exp, k)| OrphanCursor {
+            key: k.clone(),
+            expires_at_ms: *exp,
+            shard: *shard,
+        });
+        let items = page.into_iter().filter_map(|(_, _, k)| table.indexed(Index::Orphan, k).cloned()).collect();
+        Ok(OrphanPage { items, next })
+    }
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), async_trait::async_trait)]
@@ -411,42 +457,11 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage> {
-        let mut table = self.items.lock().expect("memory store poisoned");
-        table.catch_up(self.clock.now_ms());
-        let page_size = page_size.max(1);
-        // The index holds every STARTED item by (shard, expiry, key); the orphans of a shard are
-        // those expired before the cutoff (`is_orphan` applies the skew to "now"; here it is
-        // already a cutoff). Shards are read in turn: from the one the cutoff picks, round all
-        // of them; a cursor goes on in its shard.
-        let shards = table.shards.max(1);
-        let start = self.config.first_orphan_shard(cutoff_ms);
-        let first = after.as_ref().map_or(start, |c| c.shard.min(shards - 1));
-        let left = shards - (first + shards - start) % shards;
-        let mut found = (0..left).map(|i| (first + i) % shards).flat_map(|shard| {
-            let end = (shard, cutoff_ms, String::new());
-            let to = Bound::Excluded(end.clone());
-            let from = match &after {
-                Some(c) if shard == first => {
-                    if (c.expires_at_ms, c.key.as_str()) >= (cutoff_ms, "") {
-                        // Past the cutoff: nothing more in this shard.
-                        return table.orphans.range((Bound::Included(end), to));
-                    }
-                    Bound::Excluded((shard, c.expires_at_ms, c.key.clone()))
-                }
-                _ => Bound::Included((shard, 0, String::new())),
-            };
-            table.orphans.range((from, to))
-        });
-        let mut own = found.by_ref().filter(|(_, _, k)| k.starts_with(&self.config.key_prefix));
-        let page: Vec<&(u32, u64, String)> = own.by_ref().take(page_size).collect();
-        let more = own.next().is_some();
-        let next = page.last().filter(|_| more).map(|(shard, exp, k)| OrphanCursor {
-            key: k.clone(),
-            expires_at_ms: *exp,
-            shard: *shard,
-        });
-        let items = page.into_iter().filter_map(|(_, _, k)| table.indexed(Index::Orphan, k).cloned()).collect();
-        Ok(OrphanPage { items, next })
+        self.orphan_listing(cutoff_ms, page_size, after, self.config.first_orphan_shard(cutoff_ms))
+    }
+
+    async fn orphans_page_from(&self, cutoff_ms: u64, page_size: usize, first_shard: u32) -> Result<OrphanPage> {
+        self.orphan_listing(cutoff_ms, page_size, None, first_shard % self.config.orphan_shards.max(1))
     }
 
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {

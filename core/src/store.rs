@@ -106,6 +106,15 @@ pub trait LeaseStore: MaybeSendSync {
     async fn batch_desired_states(&self, ids: &[String]) -> Result<HashMap<String, Option<DesiredState>>>;
     /// STARTED items whose expiry is below `cutoff_ms`, oldest first, `page_size` at a time.
     async fn orphans_page(&self, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Result<OrphanPage>;
+    /// The first page of [`LeaseStore::orphans_page`], reading orphan shard `first_shard`
+    /// (modulo [`crate::TableConfig::orphan_shards`]) first instead of the one the cutoff picks,
+    /// then the others in turn: workers polling at one moment spread their claims over the
+    /// shards. One page: a cursor from it goes on as `orphans_page` would. A store without it
+    /// starts where the cutoff says.
+    async fn orphans_page_from(&self, cutoff_ms: u64, page_size: usize, first_shard: u32) -> Result<OrphanPage> {
+        let _ = first_shard;
+        self.orphans_page(cutoff_ms, page_size, None).await
+    }
     /// Items whose lease `owner` holds now.
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>>;
     /// Every item under the key prefix (operators' listings).

@@ -166,11 +166,12 @@ fn operation(request: engine::Op, config: &TableConfig, owner: &str) -> Box<dyn 
         }
         Op::ReleaseLease { lease } => running(Ok(Release::new(config, &lease)), |()| Answer::Done),
         Op::Get { id } => running(Get::new(config, &id), Answer::Item),
-        Op::OrphansPage { cutoff_ms, page_size } => {
-            running(Ok(OrphansPage::new(config, cutoff_ms, page_size, None)), |p| Answer::Orphans {
-                full: p.next.is_some(),
-                items: p.items,
-            })
+        Op::OrphansPage { cutoff_ms, page_size, first_shard } => {
+            let page = match first_shard {
+                Some(first) => OrphansPage::starting_at(config, cutoff_ms, page_size, first),
+                None => OrphansPage::new(config, cutoff_ms, page_size, None),
+            };
+            running(Ok(page), |p| Answer::Orphans { full: p.next.is_some(), items: p.items })
         }
         Op::Sessions => running(Ok(Sessions::new(config, u64::MAX)), Answer::Sessions),
         Op::OwnedBy { owner } => running(OwnedBy::new(config, &owner), Answer::Owned),

@@ -586,6 +586,10 @@ impl LeaseStore for LeaseTable {
         self.run(protocol::OrphansPage::new(&self.config, cutoff_ms, page_size, after)).await
     }
 
+    async fn orphans_page_from(&self, cutoff_ms: u64, page_size: usize, first_shard: u32) -> Result<OrphanPage> {
+        self.run(protocol::OrphansPage::starting_at(&self.config, cutoff_ms, page_size, first_shard)).await
+    }
+
     async fn owned_by(&self, owner: &str) -> Result<Vec<LeaseItem>> {
         self.run(protocol::OwnedBy::new(&self.config, owner)?).await
     }

@@ -629,13 +629,89 @@ pub fn orphan_counts(
     own: &str,
     is_tracked: impl Fn(&str) -> bool,
 ) -> (u64, u64) {
-    let orphans: Vec<&LeaseItem> = items
-        .iter()
-        .filter(|i| i.desired_state == Some(DesiredState::Started) && !is_tracked(&i.id))
-        .filter(|i| is_orphan(i, now_ms, config))
-        .collect();
+    let orphans: Vec<&LeaseItem> =
+        items.iter().filter(|i| counts_as_unowned(i, now_ms, config, |id| is_tracked(id))).collect();
     let in_flight = orphans.iter().filter(|i| i.owner.as_deref() == Some(own)).count();
     (orphans.len() as u64, in_flight as u64)
+}
+
+/// Whether `item` of an orphan page is work nobody holds, in balance terms: STARTED, claimable
+/// at `now_ms`, and not held or claimed here.
+pub fn counts_as_unowned(
+    item: &LeaseItem,
+    now_ms: u64,
+    config: &TableConfig,
+    is_tracked: impl Fn(&str) -> bool,
+) -> bool {
+    item.desired_state == Some(DesiredState::Started) && !is_tracked(&item.id) && is_orphan(item, now_ms, config)
+}
+
+/// The unowned work in the whole orphan index, estimated from one page of it: the page's count
+/// (`counted` says which items count) when the page was not full (it then read every shard) or
+/// the index is not sharded; otherwise the page read shards `first_shard`, `first_shard + 1`, ...
+/// (modulo `shards`) to their end and stopped inside the shard of its last item, and running
+/// work is spread evenly over the shards by its id's hash, so the shards read to their end
+/// stand for all of them (what they held, times `shards` over their number), and a page that
+/// filled within its first shard says every shard holds at least as much. A fleet that counts
+/// one page of a cold start of 100,000 (700 items) would share 700 connections at a time; the
+/// estimate lets each worker claim its share of the whole at once.
+pub fn unowned_estimate(
+    page: &[LeaseItem],
+    full: bool,
+    first_shard: u32,
+    shards: u32,
+    counted: impl Fn(&LeaseItem) -> bool,
+) -> u64 {
+    let count = page.iter().filter(|i| counted(i)).count() as u64;
+    let shards = shards.max(1);
+    let Some(last) = page.last().filter(|_| full && shards > 1) else { return count };
+    let position = |id: &str| (crate::orphan_shard_of(id, shards) + shards - first_shard % shards) % shards;
+    let read_whole = position(&last.id);
+    if read_whole == 0 {
+        return count.saturating_mul(u64::from(shards));
+    }
+    let in_whole = page.iter().filter(|i| position(&i.id) < read_whole && counted(i)).count() as u64;
+    count.max(in_whole * u64::from(shards) / u64::from(read_whole))
+}
+
+/// The least time between two session renewals sent early to report a moving load.
+pub const REPORT_MIN_GAP_MS: u64 = 1_000;
+
+/// How far a balancing worker's load moves (claims, or work leaving) before its session renews
+/// early to report it: a twentieth of `max_connections`, at least one. Held steady, a worker
+/// renews on its interval only.
+pub fn report_change(max_connections: usize) -> usize {
+    (max_connections / 20).max(1)
+}
+
+/// Write units one partition value of an index takes per second (DynamoDB's per-partition limit).
+pub const PARTITION_WRITE_UNITS: f64 = 1_000.0;
+
+/// Orphan-index write units of one claim: the item's index sort key (its expiry) moves, a
+/// delete and a put in the index.
+pub const ORPHAN_UNITS_PER_CLAIM: f64 = 2.0;
+
+/// The part of one orphan-index partition value's write capacity that the workers claiming
+/// from it at once may use between them, leaving room for the rest of the fleet's writes
+/// (renewals, releases, starts) and for workers that pick the same shard.
+pub const CLAIM_BUDGET_SHARE: f64 = 0.8;
+
+/// How many claims a second one worker of a fleet of `workers` sends, with the orphan index
+/// spread over `shards` partition values (session mode paces its claims by it, so a cold start
+/// or a mass hand-over stays within the index's partitions instead of being throttled). A
+/// worker claims from one shard at a time, picked at random for each poll, so a shard has
+/// `workers / shards` claimers on average; the rate lets the busiest shard (the mean, three
+/// standard deviations of its count and one more) take [`CLAIM_BUDGET_SHARE`] of its capacity.
+/// Unsharded, every worker claims from the one partition value.
+pub fn claim_rate_per_s(shards: u32, workers: usize) -> f64 {
+    let workers = workers.max(1) as f64;
+    let crowd = if shards <= 1 {
+        workers
+    } else {
+        let mean = workers / f64::from(shards);
+        (mean + 3.0 * mean.sqrt() + 1.0).min(workers)
+    };
+    PARTITION_WRITE_UNITS * CLAIM_BUDGET_SHARE / ORPHAN_UNITS_PER_CLAIM / crowd
 }
 
 /// What a balancing worker remembers from one orphan poll to the next: when it first saw each
@@ -1002,6 +1078,58 @@ mod balance_tests {
             item("stopped", None, 0, DesiredState::Stopped),
         ];
         assert_eq!(orphan_counts(&items, now, &config, "me", |id| id == "tracked"), (2, 1));
+    }
+
+    #[test]
+    fn a_full_page_of_a_sharded_index_stands_for_every_shard() {
+        let shards = 8;
+        let ids: Vec<String> = (0..4_000).map(|i| format!("c{i:05}")).collect();
+        let shard = |id: &String| crate::orphan_shard_of(id, shards);
+        // A page as the store reads it: shard `first` to its end, then the next, ... `size` items.
+        let page = |first: u32, size: usize| -> Vec<LeaseItem> {
+            (0..shards)
+                .flat_map(|k| ids.iter().filter(move |id| shard(id) == (first + k) % shards))
+                .take(size)
+                .map(|id| LeaseItem {
+                    id: id.clone(),
+                    desired_state: Some(DesiredState::Started),
+                    expires_at_ms: Some(0),
+                    ..LeaseItem::default()
+                })
+                .collect()
+        };
+        let all = |_: &LeaseItem| true;
+        // Not full: every shard was read, the count is exact.
+        assert_eq!(unowned_estimate(&page(3, 5_000), false, 3, shards, all), 4_000);
+        // Full within its first shard: every shard holds at least as much.
+        let in_one = page(3, 300);
+        assert!(in_one.iter().all(|i| shard(&i.id) == 3));
+        assert_eq!(unowned_estimate(&in_one, true, 3, shards, all), 300 * u64::from(shards));
+        // Full in its third shard: the two read to their end stand for all eight.
+        let in_three = page(6, 1_200);
+        let whole: u64 = ids.iter().filter(|id| [6, 7].contains(&shard(id))).count() as u64;
+        assert_eq!(unowned_estimate(&in_three, true, 6, shards, all), whole * 8 / 2);
+        let estimate = unowned_estimate(&in_three, true, 6, shards, all);
+        assert!((3_600..=4_400).contains(&estimate), "{estimate} of 4,000");
+        // Only what counts (claimable, not ours) is scaled; unsharded, a page is what it holds.
+        let none = |_: &LeaseItem| false;
+        assert_eq!(unowned_estimate(&in_three, true, 6, shards, none), 0);
+        assert_eq!(unowned_estimate(&in_one, true, 0, 1, all), 300);
+    }
+
+    #[test]
+    fn claims_are_paced_so_the_busiest_orphan_partition_stays_within_its_write_units() {
+        // One partition value: the fleet's claims share its 1,000 units (2 a claim) to 80 %.
+        assert_eq!(claim_rate_per_s(1, 1), 400.0);
+        assert_eq!(claim_rate_per_s(1, 100), 4.0);
+        // 150 workers on 64 shards: about 2.3 a shard, the busiest about 8.
+        let rate = claim_rate_per_s(64, 150);
+        let busiest = 150.0 / 64.0 + 3.0 * (150.0_f64 / 64.0).sqrt() + 1.0;
+        assert!((rate * busiest * ORPHAN_UNITS_PER_CLAIM - 800.0).abs() < 1e-6, "{rate}");
+        assert!((45.0..55.0).contains(&rate), "{rate}");
+        // Never more claimers on a shard than workers.
+        assert_eq!(claim_rate_per_s(64, 1), 400.0);
+        assert_eq!(claim_rate_per_s(64, 0), 400.0);
     }
 
     #[test]

@@ -33,8 +33,8 @@ use decide::{
     balance_pace_ms, claim_failure, claim_outlived_session, counts_as_lost, counts_in_load, dead_session_owners,
     desired_state_phase_ms, hint_batch_size, hint_retry_ms, is_fleet_work, jittered_ms, moves_with_session,
     orphan_counts, orphan_query_cutoff, orphan_retry_ms, plan_orphans, releases_after_handler, session_retry_ms,
-    session_wake_at, stopped_ids, Balancer, CancelReason, ClaimFailure, FleetView, OrphanPoll, PeerSession,
-    CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY, HINT_POLL_OVERLAP_MS, HINT_ROUND_WAIT_MS,
+    session_wake_at, stopped_ids, unowned_estimate, Balancer, CancelReason, ClaimFailure, FleetView, OrphanPoll,
+    PeerSession, CLAIM_CONCURRENCY, HINT_CLAIM_CONCURRENCY, HINT_POLL_OVERLAP_MS, HINT_ROUND_WAIT_MS,
 };
 
 /// An operation's id, echoed back with its answer.
@@ -128,9 +128,13 @@ pub enum Op {
     Get {
         id: String,
     },
+    /// One page of orphans; with a sharded orphan index, read from `first_shard` first
+    /// ([`crate::LeaseStore::orphans_page_from`]; absent: from the shard the cutoff picks).
     OrphansPage {
         cutoff_ms: u64,
         page_size: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_shard: Option<u32>,
     },
     Sessions,
     OwnedBy {
@@ -698,6 +702,19 @@ pub struct Engine {
     reclaim_own_until_mono_ms: u64,
     /// The store's clock as last measured ([`Event::StoreClock`]).
     clock: Option<ClockReading>,
+    /// The orphan shard the last poll's page was read from first.
+    poll_first_shard: u32,
+    /// Live sessions in the last listing, this worker's included (session mode).
+    fleet_size: usize,
+    /// Claims this worker may send now without passing its rate ([`decide::claim_rate_per_s`]),
+    /// as of `claim_tokens_at_mono_ms`; at most one second's worth.
+    claim_tokens: f64,
+    claim_tokens_at_mono_ms: u64,
+    /// Claims wait for their rate until then.
+    claims_paced_until: Option<u64>,
+    /// What was tracked when the last session renewal was sent (its report), and when.
+    reported_tracked: usize,
+    report_sent_mono_ms: u64,
 }
 
 impl Engine {
@@ -748,6 +765,13 @@ impl Engine {
             ended_seen: HashMap::new(),
             reclaim_own_until_mono_ms: 0,
             clock: None,
+            poll_first_shard: 0,
+            fleet_size: 1,
+            claim_tokens: f64::INFINITY,
+            claim_tokens_at_mono_ms: now.mono_ms,
+            claims_paced_until: None,
+            reported_tracked: 0,
+            report_sent_mono_ms: now.mono_ms,
         };
         if let Some(tolerance_ms) = engine.settings.clock_tolerance_ms {
             info!(tolerance_ms, "claims wait until the store's clock is known within the tolerance");
@@ -834,6 +858,12 @@ impl Engine {
             // A full worker waits for room (an event), not for time.
             HintPhase::Idle { at_mono_ms } if !self.stopping && self.hint_room() > 0 => wake(*at_mono_ms),
             _ => {}
+        }
+        if let Some(t) = self.claims_paced_until {
+            wake(t);
+        }
+        if let Some(t) = self.report_due_at() {
+            wake(t);
         }
         // A batch waits for its refresh first, then (at most until its time) for the round.
         if let Some(batch) = &self.hint_batch {
@@ -1431,7 +1461,12 @@ impl Engine {
         let cutoff_ms = orphan_query_cutoff(self.now.wall_ms, &self.config, interval);
         // With balance every orphan counts as the fleet's work, not only those that fit here.
         let page_size = if self.balanced() { self.settings.max_connections } else { capacity.max(1) };
-        self.run(Op::OrphansPage { cutoff_ms, page_size }, Pending::Page);
+        // A sharded index is read from a shard picked at random each time: workers that poll
+        // at one moment (a fleet started at once) claim from different shards.
+        let shards = self.config.orphan_shards.max(1);
+        let first_shard = (shards > 1).then(|| ((self.unit() * f64::from(shards)) as u32).min(shards - 1));
+        self.poll_first_shard = first_shard.unwrap_or(0);
+        self.run(Op::OrphansPage { cutoff_ms, page_size, first_shard }, Pending::Page);
         self.poll = PollPhase::Page;
     }
 
@@ -1491,6 +1526,7 @@ impl Engine {
             sessions.iter().map(|s| (s.owner.clone(), s.epoch, s.expires_at_ms)).collect();
         let (peers, dead) =
             self.balancer.read(sessions, &self.settings.worker_id, self.now.wall_ms, self.now.mono_ms, &self.config);
+        self.fleet_size = peers.len() + 1;
         round.peers = Some(peers);
         let me = &self.settings.worker_id;
         let is_dead = |owner: &String, epoch: u64| dead.iter().any(|d| &d.owner == owner && d.epoch == epoch);
@@ -1569,8 +1605,13 @@ impl Engine {
         let own = self.settings.worker_id.clone();
         if let (Some(peers), true) = (round.peers.as_ref(), self.balanced()) {
             let tracked = &self.tracked;
-            let (unowned, in_flight) =
-                orphan_counts(&round.page, self.now.wall_ms, &self.config, &own, |id| tracked.contains_key(id));
+            let (now_ms, config) = (self.now.wall_ms, &self.config);
+            let (unowned, in_flight) = orphan_counts(&round.page, now_ms, config, &own, |id| tracked.contains_key(id));
+            // The page may be one of many: its shards stand for the rest.
+            let (first, shards) = (self.poll_first_shard, config.orphan_shards);
+            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, |i| {
+                decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id))
+            }));
             let taken = |d: &DeadSession| {
                 d.epoch.and_then(|e| self.taken_from.get(&(d.owner.clone(), e))).copied().unwrap_or(0)
             };
@@ -1681,8 +1722,15 @@ impl Engine {
             return;
         }
         let PollPhase::Claims(mut round) = std::mem::replace(&mut self.poll, PollPhase::Page) else { return };
+        let mut wave = false;
         while round.in_flight < CLAIM_CONCURRENCY && !self.stopping {
             let Some((id, source)) = round.queue.front().cloned() else { break };
+            // Takeovers go in waves, sent together once nothing is in flight: a driver sends
+            // those of one dead session as one transaction (one check of its session item for
+            // all of them, a partition value every survivor's takeovers would share).
+            if source == Source::DeadSession && round.in_flight > 0 && !wave {
+                break;
+            }
             if source != Source::ReclaimOwn && self.room() == 0 {
                 if round.in_flight > 0 {
                     break; // one in flight may fail and free room
@@ -1691,10 +1739,16 @@ impl Engine {
                 round.queue.retain(|(_, s)| *s == Source::ReclaimOwn);
                 continue;
             }
+            if !self.take_claim_token() {
+                break;
+            }
             round.queue.pop_front();
             let listed = if source == Source::DeadSession { round.dead_listed.remove(&id) } else { None };
             match self.try_claim(&id, source, ClaimFrom::Poll, listed) {
-                Ok(()) => round.in_flight += 1,
+                Ok(()) => {
+                    round.in_flight += 1;
+                    wave |= source == Source::DeadSession;
+                }
                 Err(Claim::Stopping) => round.queue.clear(),
                 Err(_) => {}
             }
@@ -1719,13 +1773,24 @@ impl Engine {
         for (owner, claimed) in &round.takeovers {
             info!(owner = %owner, claimed, "took over a dead session's work");
         }
-        let next = (self.now.mono_ms + round.wake_in_ms).min(round.peer_dies_at_mono_ms.unwrap_or(u64::MAX));
+        let mut wake = self.now.mono_ms + round.wake_in_ms;
+        if round.wake_in_ms == 0 && self.balanced() {
+            // More orphans wait, but each round lists every session again (one partition value
+            // of the index, read by the whole fleet): at most one round every half interval.
+            let listed = round.listed_at.map_or(self.now.mono_ms, |at| at.mono_ms);
+            wake = wake.max(listed + self.settings.orphan_interval_ms / 2);
+        }
+        let next = wake.min(round.peer_dies_at_mono_ms.unwrap_or(u64::MAX));
         let at = if self.poll_again { self.now.mono_ms } else { next };
         self.poll_again = false;
         self.poll = PollPhase::Idle { at_mono_ms: at };
     }
 
     fn claim_done(&mut self, id: &str, source: Source, from: ClaimFrom, outcome: Claim) {
+        if outcome == Claim::Conflict {
+            // Refused by the item's condition: nothing reached the index.
+            self.claim_tokens += 1.0;
+        }
         match from {
             ClaimFrom::Poll => {
                 let PollPhase::Claims(round) = &mut self.poll else { return };
@@ -1754,6 +1819,41 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Session mode paces claims by the orphan index's partitions ([`decide::claim_rate_per_s`]
+    /// for this fleet's size): takes one claim's token, or says when the next is there.
+    fn take_claim_token(&mut self) -> bool {
+        if !self.balanced() {
+            return true;
+        }
+        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size);
+        let now = self.now.mono_ms;
+        let elapsed_s = now.saturating_sub(self.claim_tokens_at_mono_ms) as f64 / 1_000.0;
+        let burst = rate.max(CLAIM_CONCURRENCY as f64);
+        self.claim_tokens = (self.claim_tokens + elapsed_s * rate).min(burst);
+        self.claim_tokens_at_mono_ms = now;
+        if self.claim_tokens >= 1.0 {
+            self.claim_tokens -= 1.0;
+            return true;
+        }
+        let wait_ms = ((1.0 - self.claim_tokens) / rate * 1_000.0).ceil() as u64;
+        self.claims_paced_until = Some(now + wait_ms.max(1));
+        false
+    }
+
+    /// With balance: when the session should renew early to report a load that has moved by
+    /// [`decide::report_change`] since its last report (claims of a cold start or a burst of new
+    /// work), at most every [`decide::REPORT_MIN_GAP_MS`]: peers count this worker's load
+    /// from its last report, and one renew interval behind they would undercount the fleet's
+    /// work and stop below their shares.
+    fn report_due_at(&self) -> Option<u64> {
+        if !self.balanced() || self.stopping {
+            return None;
+        }
+        let moved = self.tracked.len().abs_diff(self.reported_tracked);
+        (moved >= decide::report_change(self.settings.max_connections))
+            .then_some(self.report_sent_mono_ms + decide::REPORT_MIN_GAP_MS)
     }
 
     /// Wakes the orphan poll now (hints arrived, a new epoch began).
@@ -1880,6 +1980,9 @@ impl Engine {
             batch.round_wait = None;
         }
         while batch.in_flight < HINT_CLAIM_CONCURRENCY {
+            if batch.queue.is_empty() || !self.take_claim_token() {
+                break;
+            }
             let Some(i) = batch.queue.pop_front() else { break };
             let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
                 Some(Ok(hint)) => {
@@ -2025,8 +2128,10 @@ impl Engine {
                     self.session = SessionPhase::Ending;
                     return;
                 }
-                if now >= session_wake_at(&session, &self.config) || self.renew_session_now {
+                let report = self.report_due_at().is_some_and(|at| at <= now);
+                if now >= session_wake_at(&session, &self.config) || self.renew_session_now || report {
                     self.renew_session_now = false;
+                    (self.reported_tracked, self.report_sent_mono_ms) = (self.tracked.len(), now);
                     // The round first: a pick made after the load was read waits for the next renewal.
                     let round = self.hand_over_rounds;
                     let load = self.load();
@@ -2125,6 +2230,7 @@ impl Engine {
             return;
         }
         let now = self.now.mono_ms;
+        self.claims_paced_until = None;
         // Held leases: deadlines, renewals, aborts.
         let mut deadline = Vec::new();
         let mut renew = Vec::new();

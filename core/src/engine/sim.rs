@@ -162,6 +162,17 @@ impl Default for Behaviour {
 enum Due {
     Event(Event),
     Retry(Retry),
+    Batch(Batch),
+}
+
+/// Claims of work listed under one dead session, sent together as one transaction (as the
+/// tokio driver sends the takeovers one drain of the engine's commands holds:
+/// [`LeaseStore::take_over_listed`], one condition check of the dead session for all of them).
+#[derive(Debug)]
+struct Batch {
+    claims: Vec<(u64, Op)>,
+    attempt: u32,
+    until_mono_ms: u64,
 }
 
 /// A throttled request the driver sends again.
@@ -325,6 +336,11 @@ impl Sim {
                             self.run_op(worker, retry);
                         }
                     }
+                    (worker, Due::Batch(batch)) => {
+                        if self.nodes[worker].alive {
+                            self.run_batch(worker, batch);
+                        }
+                    }
                 }
             }
             for i in 0..self.nodes.len() {
@@ -354,12 +370,107 @@ impl Sim {
     }
 
     fn drain(&mut self, worker: usize) {
+        // Takeovers of work listed under one dead session, sent together (as the tokio driver does).
+        let mut takeovers: BTreeMap<(String, u64, u64), Vec<(u64, Op)>> = BTreeMap::new();
         while let Some(command) = self.nodes[worker].engine.poll_command() {
             if self.keep_log {
                 self.log.push(Emitted { at_mono_ms: self.clock.monotonic_ms(), worker, command: command.clone() });
             }
-            self.execute(worker, command);
+            match command {
+                Command::Run { op, request: request @ Op::Claim { session: Some(_), listed: Some(_), .. } } => {
+                    let Op::Claim { session: Some(s), listed: Some(l), .. } = &request else { unreachable!() };
+                    let key = (l.item.owner.clone().unwrap_or_default(), l.epoch, s.epoch);
+                    takeovers.entry(key).or_default().push((op, request));
+                }
+                command => self.execute(worker, command),
+            }
         }
+        for claims in takeovers.into_values() {
+            for chunk in claims.chunks(crate::protocol::TAKE_OVER_MAX) {
+                let until_mono_ms = self.budget_end(&chunk[0].1);
+                if let [(op, request)] = chunk {
+                    self.run_op(worker, Retry { op: *op, request: request.clone(), attempt: 0, until_mono_ms });
+                } else {
+                    self.run_batch(worker, Batch { claims: chunk.to_vec(), attempt: 0, until_mono_ms });
+                }
+            }
+        }
+    }
+
+    /// Sends a batch of takeovers: one transaction, throttled as a whole (sent again after the
+    /// protocol's backoff while the budget allows, else each claim fails `Throttled`); each claim
+    /// is answered as the store answers it, billed as a part of the one transaction.
+    fn run_batch(&mut self, worker: usize, batch: Batch) {
+        let b = self.behaviour.clone();
+        let owners: Vec<Option<String>> = batch
+            .claims
+            .iter()
+            .map(|(_, request)| match (request, self.account) {
+                (Op::Claim { id, .. }, true) => block_on(self.store.get(id))
+                    .ok()
+                    .flatten()
+                    .filter(|i| i.expires_at_ms == Some(crate::lease::HELD_UNDER_SESSION_MS))
+                    .and_then(|i| i.owner),
+                _ => None,
+            })
+            .collect();
+        // One condition check of the dead session for the whole transaction.
+        let charges = |sim: &Self, answers: Option<&[Answer]>| {
+            let mut all: Vec<(&'static str, String, f64)> = Vec::new();
+            for (i, (_, request)) in batch.claims.iter().enumerate() {
+                let answer = answers.map(|a| &a[i]);
+                for c in sim.charges(worker, request, answer, owners[i].as_deref()) {
+                    let repeat = c.0 == SESSION_ITEMS && all.iter().any(|a| a.0 == SESSION_ITEMS && a.1 == c.1);
+                    if !repeat {
+                        all.push(c);
+                    }
+                }
+            }
+            all
+        };
+        let now = self.clock.now_ms();
+        if self.account && b.throttle {
+            let mut merged: BTreeMap<(&'static str, String), f64> = BTreeMap::new();
+            for (place, partition, units) in charges(self, None) {
+                *merged.entry((place, partition)).or_default() += units;
+            }
+            let merged: Vec<_> =
+                merged.into_iter().map(|((place, partition), units)| (place, partition, units)).collect();
+            if let Some(place) = self.partitions.refusal(&merged, now) {
+                *self.partitions.throttled.entry(place).or_default() += 1;
+                *self.throttled.entry("take_over").or_default() += 1;
+                let pause = self.backoff(batch.attempt);
+                let mono = self.clock.monotonic_ms();
+                if crate::lease::retry_fits(mono + b.latency_ms, pause, batch.until_mono_ms) {
+                    self.order += 1;
+                    let next = Batch { attempt: batch.attempt + 1, ..batch };
+                    self.queue.insert((mono + b.latency_ms + pause, self.order), (worker, Due::Batch(next)));
+                } else {
+                    for (op, _) in batch.claims {
+                        let answer = Answer::Failed(Error::Throttled);
+                        self.later(worker, b.latency_ms, Event::Answer { op, answer });
+                    }
+                }
+                return;
+            }
+        }
+        let answers: Vec<Answer> =
+            batch.claims.iter().map(|(_, request)| self.answer(worker, request.clone())).collect();
+        if self.account {
+            for (place, partition, units) in charges(self, Some(&answers)) {
+                self.partitions.add(place, &partition, units, now);
+            }
+        }
+        for ((op, _), answer) in batch.claims.iter().zip(answers) {
+            self.later(worker, b.latency_ms + b.claim_answer_delay_ms, Event::Answer { op: *op, answer });
+        }
+    }
+
+    /// The protocol's backoff before attempt `attempt + 1`, with the simulation's jitter.
+    fn backoff(&mut self, attempt: u32) -> u64 {
+        self.jitter = self.jitter.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let unit = (self.jitter >> 11) as f64 / (1u64 << 53) as f64;
+        crate::lease::backoff_ms(attempt, 25, 1_000, unit)
     }
 
     fn execute(&mut self, worker: usize, command: Command) {
@@ -469,11 +580,14 @@ impl Sim {
         let b = self.behaviour.clone();
         let Retry { op, request, attempt, until_mono_ms } = retry;
         let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
-        // A session claim's condition reads the session item of the work's owner.
+        // A session claim of work held under another session is a takeover: a transaction whose
+        // condition reads the session item of the work's owner (unowned work: one UpdateItem).
         let owner_before = match (&request, self.account) {
-            (Op::Claim { id, session: Some(_), .. }, true) => {
-                block_on(self.store.get(id)).ok().flatten().and_then(|i| i.owner)
-            }
+            (Op::Claim { id, session: Some(_), .. }, true) => block_on(self.store.get(id))
+                .ok()
+                .flatten()
+                .filter(|i| i.expires_at_ms == Some(crate::lease::HELD_UNDER_SESSION_MS))
+                .and_then(|i| i.owner),
             _ => None,
         };
         let now = self.clock.now_ms();
@@ -486,10 +600,7 @@ impl Sim {
             if let Some(place) = self.partitions.refusal(&charges, now) {
                 *self.partitions.throttled.entry(place).or_default() += 1;
                 *self.throttled.entry(op_kind(&request)).or_default() += 1;
-                self.jitter =
-                    self.jitter.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                let unit = (self.jitter >> 11) as f64 / (1u64 << 53) as f64;
-                let pause = crate::lease::backoff_ms(attempt, 25, 1_000, unit);
+                let pause = self.backoff(attempt);
                 let mono = self.clock.monotonic_ms();
                 if crate::lease::retry_fits(mono + b.latency_ms, pause, until_mono_ms) {
                     self.order += 1;
@@ -547,16 +658,24 @@ impl Sim {
         let ok = !matches!(answer, Some(Answer::Failed(_)));
         let read_units = |items: usize| (items as f64 * 300.0 / 4096.0).ceil().max(1.0) / 2.0;
         match request {
-            Op::Claim { id, session, .. } => {
-                let tx = if session.is_some() { 2.0 } else { 1.0 };
+            Op::Claim { id, session, listed } => {
+                // A transaction's writes count twice; a takeover not sent as listed is first
+                // refused as an UpdateItem (one unit).
+                let previous = owner_before.or_else(|| listed.as_ref().and_then(|l| l.item.owner.as_deref()));
+                let takeover = session.is_some() && previous.is_some();
+                let tx = if takeover { 2.0 } else { 1.0 };
+                if takeover && listed.is_none() {
+                    p.add(TABLE, id, 1.0);
+                }
                 p.add(TABLE, id, tx);
                 if !ok {
                     return std::mem::take(&mut p.0);
                 }
-                // The expiry (the index's sort key) moves: a delete and a put.
-                p.add(ORPHAN_INDEX, &started(id), 2.0 * tx);
+                // The expiry (the index's sort key) moves: a delete and a put. A takeover keeps
+                // the held sentinel: the entry is rewritten in place (owner, fence), one write.
+                p.add(ORPHAN_INDEX, &started(id), if takeover { tx } else { 2.0 * tx });
                 p.add(OWNER_INDEX, &me, tx);
-                if let Some(previous) = owner_before.filter(|_| session.is_some()) {
+                if let Some(previous) = previous.filter(|_| takeover) {
                     // The condition check reads the previous owner's session item (a
                     // transaction's read: 2 units).
                     p.add(SESSION_ITEMS, previous, tx);
@@ -592,7 +711,7 @@ impl Sim {
                     p.add(ORPHAN_INDEX, &sessions, 1.0);
                 }
             }
-            Op::OrphansPage { cutoff_ms, .. } => {
+            Op::OrphansPage { cutoff_ms, first_shard, .. } => {
                 // One Query per shard read: shard after shard (from the one the cutoff picks)
                 // until the page is full (then up to the shard of its last item), every shard
                 // when it is not.
@@ -604,7 +723,7 @@ impl Sim {
                 for item in items {
                     found[orphan_shard_of(&item.id, shards) as usize] += 1;
                 }
-                let first = config.first_orphan_shard(*cutoff_ms);
+                let first = first_shard.map_or_else(|| config.first_orphan_shard(*cutoff_ms), |f| f % shards);
                 let read = match items.last() {
                     Some(last) if full => (orphan_shard_of(&last.id, shards) + shards - first) % shards + 1,
                     _ => shards,
@@ -668,8 +787,12 @@ impl Sim {
             },
             Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
             Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
-            Op::OrphansPage { cutoff_ms, page_size } => {
-                match block_on(store.orphans_page(cutoff_ms, page_size, None)) {
+            Op::OrphansPage { cutoff_ms, page_size, first_shard } => {
+                let page = match first_shard {
+                    Some(first) => block_on(store.orphans_page_from(cutoff_ms, page_size, first)),
+                    None => block_on(store.orphans_page(cutoff_ms, page_size, None)),
+                };
+                match page {
                     Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
                     Err(e) => Answer::Failed(e),
                 }

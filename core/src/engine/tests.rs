@@ -814,3 +814,73 @@ fn a_failed_session_release_is_sent_again_so_the_work_is_not_left_held_without_a
     assert!(sim.run_while(started_at + 10_000, 10, |s| s.running_on(&id).len() == 1), "runs again");
     assert!([a, b].contains(&holder) && ids.iter().all(|id| sim.running_on(id).len() == 1));
 }
+
+/// A session fleet given a burst of new work on a sharded orphan index, as DynamoDB throttles
+/// it: each worker counts the whole index's unowned work from its one page (its shards stand
+/// for the rest) and claims its share at once, not one page's share per session renewal; and
+/// its claims are paced so that no orphan-index partition value is asked for more than it serves.
+#[test]
+fn a_burst_of_work_on_a_sharded_index_is_shared_at_once_and_not_throttled() {
+    let mut c = config(LeaseMode::Session, 20_000, 5_000, 1_000);
+    c.orphan_shards = 16;
+    let mut sim = Sim::new(c, START);
+    sim.keep_log = false;
+    sim.account = true;
+    sim.behaviour.throttle = true;
+    for i in 0..15 {
+        sim.spawn(settings(&format!("w{i:02}"), 250), i + 1);
+    }
+    // The fleet is up and every session has reported its load (none).
+    sim.run_until(8_000);
+    let ids: Vec<String> = (0..3_000)
+        .map(|i| {
+            let id = format!("c{i:05}");
+            block_on(sim.store.start(&id, "wss://feed.example")).unwrap();
+            id
+        })
+        .collect();
+    // A page of 250 holds a twelfth of the work; counted alone, the fleet's shares would grow
+    // by about one page per session renewal (5 s): a minute for all of it.
+    let held = sim.run_while(8_000 + 12_000, 100, |s| s.all_held_once(&ids));
+    assert!(held, "{} of {} held after 12 s", sim.held_once_count(), ids.len());
+    assert_eq!(sim.throttled.get("claim"), None, "claims throttled: {:?}", sim.partitions.throttled);
+    for (place, (units, partition)) in &sim.partitions.peak {
+        assert!(*units <= super::sim::partition_limit(place), "{place} {partition}: {units} units in one second");
+    }
+    // Shared: every worker took part, and the balance evens out the rest (shares of 200).
+    let loads: Vec<usize> = (0..15).map(|w| sim.running(w)).collect();
+    assert!(loads.iter().all(|n| (100..=250).contains(n)), "{loads:?}");
+    sim.run_until(sim.clock.monotonic_ms() + 40_000);
+    let loads: Vec<usize> = (0..15).map(|w| sim.running(w)).collect();
+    assert!(sim.all_held_once(&ids) && loads.iter().all(|n| (185..=215).contains(n)), "{loads:?}");
+}
+
+/// The simulation sends the takeovers of one drain of a worker's commands (work listed under
+/// one dead session) as one transaction, as the tokio driver does: one condition check of the
+/// dead session's item for all of them, not one each (2 units a check, on one partition value).
+#[test]
+fn a_dead_sessions_work_is_taken_over_in_batches_with_one_check_of_its_session_each() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    sim.keep_log = false;
+    sim.account = true;
+    let ids = start_work(&sim, 200);
+    let a = sim.spawn(settings("a", 200), 1);
+    assert!(sim.run_while(30_000, 100, |s| s.all_held_once(&ids)));
+    for (i, name) in ["b", "c"].iter().enumerate() {
+        sim.spawn(settings(name, 200), i as u64 + 2);
+    }
+    // b and c are live (not yet given any of a's work: the balance watches them for a pace).
+    sim.run_until(sim.clock.monotonic_ms() + 1_000);
+    assert_eq!(sim.held_only_by(a).len(), 200);
+    let session_units = |s: &Sim| s.partitions.total.get(super::sim::SESSION_ITEMS).copied().unwrap_or(0.0);
+    let (before, claims) = (session_units(&sim), sim.ops["claim"]);
+    sim.crash(a);
+    let from = sim.clock.monotonic_ms();
+    assert!(sim.run_while(from + 20_000, 100, |s| s.all_held_once(&ids)), "taken over");
+    let taken = sim.ops["claim"] - claims;
+    // Each of b and c renews its session every 1.25 s (1 unit) meanwhile; one by one, the
+    // takeovers' checks alone would be 400 units.
+    let renewals = 2.0 * (sim.clock.monotonic_ms() - from) as f64 / 1_250.0 + 4.0;
+    let checks = session_units(&sim) - before - renewals;
+    assert!(taken >= 200 && checks <= 2.0 * 200.0 / 8.0, "{checks} units of checks for {taken} takeovers");
+}

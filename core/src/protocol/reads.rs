@@ -178,9 +178,26 @@ pub struct OrphansPage {
 
 impl OrphansPage {
     pub fn new(config: &TableConfig, cutoff_ms: u64, page_size: usize, after: Option<OrphanCursor>) -> Self {
+        Self::listing(config, cutoff_ms, page_size, after, config.first_orphan_shard(cutoff_ms))
+    }
+
+    /// The first page of a listing that reads shard `first_shard` (modulo N) first instead of
+    /// the one the cutoff picks, then goes round all of them: workers that poll at one moment
+    /// each start where they choose, so their claims spread over the shards. A listing begun
+    /// here is one page (a cursor from it goes on as [`OrphansPage::new`] would).
+    pub fn starting_at(config: &TableConfig, cutoff_ms: u64, page_size: usize, first_shard: u32) -> Self {
+        Self::listing(config, cutoff_ms, page_size, None, first_shard % config.orphan_shards.max(1))
+    }
+
+    fn listing(
+        config: &TableConfig,
+        cutoff_ms: u64,
+        page_size: usize,
+        after: Option<OrphanCursor>,
+        first: u32,
+    ) -> Self {
         let page_size = page_size.clamp(1, i32::MAX as usize);
         let shards = config.orphan_shards.max(1);
-        let first = config.first_orphan_shard(cutoff_ms);
         let shard = after.as_ref().map_or(first, |c| c.shard.min(shards - 1));
         let done_before = (shard + shards - first) % shards;
         let query = Self::query(config, cutoff_ms, shard, page_size, after);

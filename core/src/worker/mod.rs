@@ -802,8 +802,11 @@ impl Driver {
                 async move { answer(store.release(&lease).await.map(|()| Answer::Done)) }.boxed()
             }
             Op::Get { id } => async move { answer(store.get(&id).await.map(Answer::Item)) }.boxed(),
-            Op::OrphansPage { cutoff_ms, page_size } => async move {
-                let page = store.orphans_page(cutoff_ms, page_size, None).await;
+            Op::OrphansPage { cutoff_ms, page_size, first_shard } => async move {
+                let page = match first_shard {
+                    Some(first) => store.orphans_page_from(cutoff_ms, page_size, first).await,
+                    None => store.orphans_page(cutoff_ms, page_size, None).await,
+                };
                 answer(page.map(|p| Answer::Orphans { full: p.next.is_some(), items: p.items }))
             }
             .boxed(),
