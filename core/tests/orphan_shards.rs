@@ -37,6 +37,27 @@ async fn walk(store: &dyn LeaseStore, cutoff: u64, page_size: usize) -> (Vec<Str
     panic!("the listing never ended");
 }
 
+/// A first page read from each shard in turn (`orphans_page_from`, the worker's spread start)
+/// begins in that shard and goes round the rest in order; a page large enough holds them all.
+async fn pages_start_where_asked(store: &dyn LeaseStore, ids: &[String], cutoff: u64) {
+    for k in 0..SHARDS {
+        let page = store.orphans_page_from(cutoff, 6, k).await.unwrap();
+        let order: Vec<u32> =
+            page.items.iter().map(|i| (orphan_shard_of(&i.id, SHARDS) + SHARDS - k) % SHARDS).collect();
+        assert_eq!(order.first(), Some(&0), "the page from shard {k} starts in it: {order:?}");
+        assert!(order.windows(2).all(|w| w[0] <= w[1]), "shard by shard from {k}: {order:?}");
+        assert!(page.next.is_some(), "more follow the first 6 of {}", ids.len());
+        // Past the shard count it wraps round.
+        let again = store.orphans_page_from(cutoff, 6, k + SHARDS).await.unwrap();
+        assert_eq!(
+            again.items.iter().map(|i| &i.id).collect::<Vec<_>>(),
+            page.items.iter().map(|i| &i.id).collect::<Vec<_>>()
+        );
+        let all = store.orphans_page_from(cutoff, 100, k).await.unwrap();
+        assert_eq!((all.items.len(), all.next), (ids.len(), None));
+    }
+}
+
 /// Runs one worker on `store` until it holds `ids` (all of them), then shuts it down.
 async fn worker_takes_all(store: Arc<dyn LeaseStore>, ids: &[String]) {
     let worker = Worker::builder(store)
@@ -78,6 +99,7 @@ async fn memory_store_lists_orphans_of_every_shard_and_a_worker_claims_them() {
     let order: Vec<u32> = listed.iter().map(|id| (orphan_shard_of(id, SHARDS) + SHARDS - first) % SHARDS).collect();
     assert!(order.windows(2).all(|w| w[0] <= w[1]), "shard by shard: {order:?}");
     assert!(cursors.iter().any(|c| c.shard > 0), "cursors name the shard to go on in");
+    pages_start_where_asked(&store, &ids, cutoff).await;
     // One big page holds them all, and says nothing more follows.
     let page = store.orphans_page(cutoff, 100, None).await.unwrap();
     assert_eq!((page.items.len(), page.next), (ids.len(), None));
@@ -122,6 +144,7 @@ async fn dynamodb_writes_the_shard_value_and_a_worker_finds_orphans_in_every_sha
     assert_eq!(listed.iter().cloned().collect::<BTreeSet<_>>(), ids.iter().cloned().collect::<BTreeSet<_>>());
     assert_eq!(listed.len(), ids.len(), "no orphan listed twice");
     assert!(cursors.iter().any(|c| c.shard > 0));
+    pages_start_where_asked(&table, &ids, cutoff).await;
     // An unsharded reader of the same table queries `STARTED` alone and finds none of them.
     let plain = leaselock::LeaseTable::new(client.clone(), TableConfig { orphan_shards: 1, ..config.clone() }).unwrap();
     assert!(plain.orphans(cutoff, None).await.unwrap().is_empty());
