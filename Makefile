@@ -19,7 +19,7 @@ FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
 FAILOVER_SESSION_PORT ?= 4586
 
-.PHONY: docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-report demo wheel dist
+.PHONY: docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-explore explore-long bench-report demo wheel dist
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node test-docs
 
@@ -142,7 +142,7 @@ bench:
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report
 
-bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim
+bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-explore
 
 bench-lambdas:
 	lambdas/bench.sh
@@ -162,6 +162,23 @@ bench-write-cost:
 # a few minutes in release on two cores.
 bench-fleet-sim:
 	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --example fleet_sim -- 100000 150 700 5 | python3 bench/merge.py
+
+# The fault explorer (core/examples/explore.rs, leaselock::engine::explore): seeded storms of
+# faults on a simulated fleet, every invariant checked at every step, on two threads until
+# EXPLORE_FAULTS faults have been judged (about 2,400 a second on 2 cores: some 5 minutes), then
+# each deliberately broken engine from the same first seed until it is caught. Faults judged per
+# second, violations and the seeds each broken engine took go into the "explore" key.
+EXPLORE_FAULTS ?= 700000
+bench-explore:
+	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --example explore -- --faults $(EXPLORE_FAULTS) --json | python3 bench/merge.py
+
+# The explorer for as long as you like: EXPLORE_LONG_FAULTS faults (10^8: about half a day on 2
+# cores) from seed EXPLORE_FIRST; it stops at the first violation and prints the seed, the shortest
+# failing prefix of its storm and the command that replays it.
+EXPLORE_LONG_FAULTS ?= 100000000
+EXPLORE_FIRST ?= 1000000
+explore-long:
+	$(CARGO) run --release -q -p leaselock --no-default-features --example explore -- --faults $(EXPLORE_LONG_FAULTS) --first $(EXPLORE_FIRST)
 
 # Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes;
 # session-mode crash failover at a 5 s session lease, unscaled; writes per connection-hour of both.

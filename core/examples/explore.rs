@@ -7,7 +7,8 @@
 //!
 //! `--faults F` runs seeds until F faults have been judged (`make bench-explore`; without
 //! `--seeds` or `--faults` it runs 1,000 seeds). Seeds are run in chunks of 50 on `--threads`
-//! threads (default 2), the figures added in seed order. A failing seed is printed with the
+//! threads (default 2), the figures added in seed order; no chunk after one with a failing seed
+//! is started, and a line of progress is printed every minute. A failing seed is printed with the
 //! shortest prefix of its schedule that still fails and the command that replays it; the exit
 //! status is then 1. `--json` prints the figures as one JSON object for `bench/merge.py`, with
 //! the seeds each broken engine took to be caught (from seed `--first`).
@@ -59,6 +60,9 @@ fn main() {
     // Chunks of seeds handed out in order; each chunk's figures kept by its index.
     let next = AtomicU64::new(0);
     let judged = AtomicU64::new(0);
+    // A long run stops at its first violation (the chunks before it still finish).
+    let failed_at = AtomicU64::new(u64::MAX);
+    let reported = Mutex::new(Instant::now());
     let chunks: Mutex<BTreeMap<u64, Summary>> = Mutex::new(BTreeMap::new());
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -68,12 +72,21 @@ fn main() {
                 }
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let from = k * CHUNK;
-                if from >= seeds {
+                if from >= seeds || k > failed_at.load(Ordering::Relaxed) {
                     break;
                 }
                 let part = explore(first + from, CHUNK.min(seeds - from), broken, max_faults, false);
-                judged.fetch_add(part.faults, Ordering::Relaxed);
+                if part.failure.is_some() {
+                    failed_at.fetch_min(k, Ordering::Relaxed);
+                }
+                let total = judged.fetch_add(part.faults, Ordering::Relaxed) + part.faults;
                 chunks.lock().unwrap().insert(k, part);
+                let mut last = reported.lock().unwrap();
+                if last.elapsed().as_secs() >= 60 {
+                    *last = Instant::now();
+                    let s = started.elapsed().as_secs_f64();
+                    eprintln!("{total} faults judged in {s:.0} s ({:.0} a second)", total as f64 / s);
+                }
             });
         }
     });
@@ -97,7 +110,7 @@ fn main() {
     if let Some((seed, s, v)) = &sum.failure {
         eprintln!("FAILED at seed {seed}: {}\nshortest failing prefix ({} faults):\n{s}", v.what, s.faults.len());
         eprintln!(
-            "replay: cargo run --release -p leaselock --example explore -- --seed {seed} --prefix {} --broken {}",
+            "replay: cargo run --release -p leaselock --no-default-features --example explore -- --seed {seed} --prefix {} --broken {}",
             s.faults.len(),
             name(broken)
         );
