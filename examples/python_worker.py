@@ -15,7 +15,8 @@ Against the local feed (``leaselock upstream``) and engine::
 
 Settings come from the same environment variables as ``leaselock worker`` (LEASELOCK_TABLE,
 LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_ORPHAN_SHARDS, LEASELOCK_INDEX_NAME,
-LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS, LEASELOCK_CLOCK_TOLERANCE_MS, ...).
+LEASELOCK_OWNER_INDEX_NAME, LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS,
+LEASELOCK_CLOCK_TOLERANCE_MS, ...).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ table = leaselock.LeaseTable(
     clock_skew_ms=int(env("LEASELOCK_CLOCK_SKEW_MS", "1000")),
     key_prefix=env("LEASELOCK_KEY_PREFIX", ""),
     index_name=os.environ.get("LEASELOCK_INDEX_NAME"),
+    owner_index_name=os.environ.get("LEASELOCK_OWNER_INDEX_NAME"),
     orphan_shards=int(env("LEASELOCK_ORPHAN_SHARDS", "1")),
     # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
     mode="session" if env("LEASELOCK_MODE", "per-item") == "session" else "item",

@@ -300,6 +300,7 @@ impl<'a> Launch<'a> {
                 ("LEASELOCK_TABLE", self.lease_table.to_string()),
                 ("LEASELOCK_MESSAGES_TABLE", self.messages_table.to_string()),
                 ("LEASELOCK_INDEX_NAME", c.index_name.clone()),
+                ("LEASELOCK_OWNER_INDEX_NAME", c.owner_index_name.clone()),
                 ("LEASELOCK_KEY_PREFIX", c.key_prefix.clone()),
                 ("LEASELOCK_LEASE_MS", c.lease_ms().to_string()),
                 ("LEASELOCK_RENEW_MS", c.renew_ms().to_string()),

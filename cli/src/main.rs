@@ -38,6 +38,14 @@ pub struct TableArgs {
     /// Name of the sparse orphan index (desired_state, lease_expires_at_ms).
     #[arg(long, env = "LEASELOCK_INDEX_NAME", default_value = leaselock::config::DEFAULT_INDEX_NAME, global = true)]
     pub index_name: String,
+    /// Name of session mode's owner index (lease_owner, keys only).
+    #[arg(
+        long,
+        env = "LEASELOCK_OWNER_INDEX_NAME",
+        default_value = leaselock::config::DEFAULT_OWNER_INDEX_NAME,
+        global = true
+    )]
+    pub owner_index_name: String,
     /// Prefix of every key this application writes.
     #[arg(long, env = "LEASELOCK_KEY_PREFIX", default_value = "", global = true)]
     pub key_prefix: String,
@@ -84,6 +92,7 @@ impl TableArgs {
     pub fn config(&self) -> leaselock::Result<TableConfig> {
         TableConfig::new(&self.table_name)
             .index_name(&self.index_name)
+            .owner_index_name(&self.owner_index_name)
             .key_prefix(&self.key_prefix)
             .lease_duration(Duration::from_millis(self.lease_ms))
             .renew_interval(Duration::from_millis(self.renew_ms))

@@ -159,6 +159,7 @@ export class LeaseCoordinator extends Construct {
       LEASELOCK_TABLE: this.table.tableName,
       LEASELOCK_QUEUE_URL: this.queue.queueUrl,
       LEASELOCK_INDEX_NAME: this.indexName,
+      LEASELOCK_OWNER_INDEX_NAME: this.ownerIndexName,
       LEASELOCK_KEY_PREFIX: props.keyPrefix ?? '',
       LEASELOCK_LEASE_MS: String((props.leaseDuration ?? Duration.seconds(20)).toMilliseconds()),
       LEASELOCK_RENEW_MS: String((props.renewInterval ?? Duration.seconds(5)).toMilliseconds()),

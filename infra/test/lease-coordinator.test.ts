@@ -179,6 +179,7 @@ describe('LeaseCoordinator', () => {
         LEASELOCK_TABLE: { Ref: logicalId(stack, coordinator.table) },
         LEASELOCK_QUEUE_URL: { Ref: logicalId(stack, coordinator.queue) },
         LEASELOCK_INDEX_NAME: 'orphans',
+        LEASELOCK_OWNER_INDEX_NAME: 'lease_owner-index',
         LEASELOCK_KEY_PREFIX: 'prod/',
         LEASELOCK_LEASE_MS: '30000',
         LEASELOCK_RENEW_MS: '5000',

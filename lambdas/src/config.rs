@@ -3,12 +3,15 @@
 
 use std::time::Duration;
 
-use leaselock::config::DEFAULT_INDEX_NAME;
+use leaselock::config::{DEFAULT_INDEX_NAME, DEFAULT_OWNER_INDEX_NAME};
 use leaselock::TableConfig;
 
 pub const TABLE: &str = "LEASELOCK_TABLE";
 pub const QUEUE_URL: &str = "LEASELOCK_QUEUE_URL";
 pub const INDEX_NAME: &str = "LEASELOCK_INDEX_NAME";
+/// Session mode's owner index (keys only), which the reconciler's sweep lists a session's work
+/// with (default `lease_owner-index`).
+pub const OWNER_INDEX_NAME: &str = "LEASELOCK_OWNER_INDEX_NAME";
 pub const KEY_PREFIX: &str = "LEASELOCK_KEY_PREFIX";
 pub const LEASE_MS: &str = "LEASELOCK_LEASE_MS";
 pub const RENEW_MS: &str = "LEASELOCK_RENEW_MS";
@@ -36,6 +39,7 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = leaselock::metrics::NAMESPACE;
 const FIELD_VARS: &[(&str, &str)] = &[
     ("table_name", TABLE),
     ("index_name", INDEX_NAME),
+    ("owner_index_name", OWNER_INDEX_NAME),
     ("key_prefix", KEY_PREFIX),
     ("lease_duration", LEASE_MS),
     ("renew_interval", RENEW_MS),
@@ -103,6 +107,7 @@ impl Config {
 
         let table = TableConfig::new(required(TABLE)?)
             .index_name(get(INDEX_NAME).unwrap_or_else(|| DEFAULT_INDEX_NAME.to_string()))
+            .owner_index_name(get(OWNER_INDEX_NAME).unwrap_or_else(|| DEFAULT_OWNER_INDEX_NAME.to_string()))
             // The prefix is taken verbatim: spaces may be part of it.
             .key_prefix(lookup(KEY_PREFIX).unwrap_or_default())
             .lease_duration(millis(LEASE_MS, 20_000)?)
@@ -191,6 +196,7 @@ mod tests {
         let c = parse(BASE).unwrap();
         assert_eq!(c.table.table_name, "leases");
         assert_eq!(c.table.index_name, DEFAULT_INDEX_NAME);
+        assert_eq!(c.table.owner_index_name, DEFAULT_OWNER_INDEX_NAME);
         assert_eq!(c.table.key_prefix, "");
         assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (20_000, 5_000, 1_000));
         assert_eq!(c.metrics_namespace, "leaselock");
@@ -236,6 +242,7 @@ mod tests {
         let mut vars = BASE.to_vec();
         vars.extend([
             (INDEX_NAME, "by-state"),
+            (OWNER_INDEX_NAME, "by-owner"),
             (KEY_PREFIX, "app1/"),
             (LEASE_MS, "10000"),
             (RENEW_MS, "2000"),
@@ -244,6 +251,7 @@ mod tests {
         ]);
         let c = parse(&vars).unwrap();
         assert_eq!(c.table.index_name, "by-state");
+        assert_eq!(c.table.owner_index_name, "by-owner");
         assert_eq!(c.table.key_prefix, "app1/");
         assert_eq!((c.table.lease_ms(), c.table.renew_ms(), c.table.skew_ms()), (10_000, 2_000, 500));
         assert_eq!(c.metrics_namespace, "fleet");

@@ -134,7 +134,7 @@ fn session_items(v: Vec<leaselock::SessionItem>) -> Vec<PySessionItem> {
 impl PyLeaseTable {
     #[new]
     #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
-        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1),
+        clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, owner_index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1),
         allow_eventual_global_table=Arg::Bool(false)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -147,6 +147,7 @@ impl PyLeaseTable {
         clock_skew_ms: Arg,
         key_prefix: Arg,
         index_name: Arg,
+        owner_index_name: Arg,
         attributes: Arg,
         mode: Arg,
         orphan_shards: Arg,
@@ -166,6 +167,9 @@ impl PyLeaseTable {
                 .attributes(attributes_arg(py, attributes.text_map(py, "attributes")?)?);
             if let Some(index) = index_name.opt_text(py, "index_name")? {
                 config = config.index_name(index);
+            }
+            if let Some(index) = owner_index_name.opt_text(py, "owner_index_name")? {
+                config = config.owner_index_name(index);
             }
             config.validate().map_err(|e| config_error(py, e))?;
             let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());

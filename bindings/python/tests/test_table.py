@@ -360,3 +360,19 @@ def test_the_opt_in_and_a_local_engine_table(table_name) -> None:
     assert asyncio.run(leaselock.AsyncLeaseTable(table_name).check_table()) == "single-region"
     with pytest.raises(leaselock.TableNotFound):
         leaselock.LeaseTable(unique("py-missing")).check_table()
+
+
+def test_index_names_are_the_ones_given(dynamodb) -> None:
+    """Both index names are settable: create_table makes them, and session mode's work is listed
+    through the owner index so named (a table whose owner index has another name would fail)."""
+    from conftest import unique
+
+    name = unique("py-index-names")
+    table = leaselock.LeaseTable(name, mode="session", index_name="orphans", owner_index_name="by-owner")
+    table.create_table()
+    described = dynamodb.describe_table(TableName=name)["Table"]
+    assert sorted(i["IndexName"] for i in described["GlobalSecondaryIndexes"]) == ["by-owner", "orphans"]
+    table.start("s1", "wss://feed.example/s1")
+    session = table.create_session("w1")
+    session.claim("s1")
+    assert [i.id for i in table.owned_by("w1")] == ["s1"]

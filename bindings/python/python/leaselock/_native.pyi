@@ -151,6 +151,7 @@ class LeaseTable:
         clock_skew_ms: int = ...,
         key_prefix: str = ...,
         index_name: Optional[str] = ...,
+        owner_index_name: Optional[str] = ...,
         attributes: Optional[Dict[str, str]] = ...,
         mode: str = ...,
         orphan_shards: int = ...,

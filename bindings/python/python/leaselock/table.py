@@ -34,6 +34,7 @@ class _Table:
         clock_skew_ms: int = 1_000,
         key_prefix: str = "",
         index_name: Optional[str] = None,
+        owner_index_name: Optional[str] = None,
         attributes: Optional[Mapping[str, str]] = None,
         mode: str = "per-item",
         orphan_shards: int = 1,
@@ -50,7 +51,9 @@ class _Table:
         the same mode. ``orphan_shards`` (1 to 256, default 1: the reference schema's single
         ``STARTED``) spreads running work over that many orphan-index partition values
         (``STARTED#0`` ...), so renewals share their write capacity; every process of a table
-        must use the same count. Bad settings raise :class:`InvalidInput` naming the field.
+        must use the same count. ``index_name`` and ``owner_index_name`` name the orphan index
+        and session mode's owner index (defaults ``desired_state-lease_expires_at_ms-index`` and
+        ``lease_owner-index``). Bad settings raise :class:`InvalidInput` naming the field.
 
         Before its first claim (:meth:`acquire`, :meth:`hold`, a :class:`Worker`'s start, an
         election) the table is described once (:meth:`check_table`): a global table in
@@ -68,6 +71,7 @@ class _Table:
             clock_skew_ms=clock_skew_ms,
             key_prefix=key_prefix,
             index_name=index_name,
+            owner_index_name=owner_index_name,
             attributes=dict(attributes) if isinstance(attributes, Mapping) else attributes,
             mode=mode,
             orphan_shards=orphan_shards,
