@@ -99,6 +99,8 @@ fn bounded(mut text: String) -> String {
     text
 }
 
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +119,3 @@ mod tests {
         assert!(matches!(short, Error::InvalidInput { message, .. } if message == "must not be empty"));
     }
 }
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
