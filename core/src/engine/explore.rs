@@ -1458,6 +1458,35 @@ mod tests {
         assert!(out.recovered_after_ms.is_some(), "{out:?}");
     }
 
+    /// Found by the explorer (seed 19, its first fault): a session worker whose session
+    /// renewals were answered ambiguously closed its session with its load changed since its
+    /// last report; the report stayed due with no session to send it, and the engine asked to be
+    /// woken at that past time again and again: its driver's clock never moved on. A report is
+    /// now due only while the session is live and not being renewed.
+    #[test]
+    fn a_report_due_while_the_session_is_closed_does_not_stop_time() {
+        let s = Scenario {
+            seed: 19,
+            broken: Broken::None,
+            mode: LeaseMode::Session,
+            lease_ms: 3_000,
+            renew_ms: 1_000,
+            skew_ms: 500,
+            workers: 4,
+            max_connections: 12,
+            work: 10,
+            hints: false,
+            index_lag_setting_ms: 10_000,
+            owner_lag_ms: 1_000,
+            orphan_lag_ms: 0,
+            offsets: vec![-62, 368, 0, 0],
+            faults: vec![Fault { at_ms: 1_362, kind: FaultKind::Ambiguous { worker: 1, writes: 4 } }],
+        };
+        let out = run(&s);
+        assert_eq!(out.violation, None, "{s}");
+        assert!(out.recovered_after_ms.is_some(), "{out:?}");
+    }
+
     /// Shrinking keeps the shortest failing prefix: every shorter one passes.
     #[test]
     fn a_shrunk_schedule_is_the_shortest_failing_prefix() {

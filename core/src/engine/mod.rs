@@ -1848,7 +1848,9 @@ impl Engine {
     /// from its last report, and one renew interval behind they would undercount the fleet's
     /// work and stop below their shares.
     fn report_due_at(&self) -> Option<u64> {
-        if !self.balanced() || self.stopping {
+        // Only a live session with no renewal in flight can send a report: a report due while
+        // the session is closed (or being renewed) would ask to be woken now again and again.
+        if !self.balanced() || self.stopping || !matches!(self.session, SessionPhase::Live { renewing: false, .. }) {
             return None;
         }
         let moved = self.tracked.len().abs_diff(self.reported_tracked);
