@@ -140,3 +140,31 @@ def test_every_variable_flag_and_metric_the_manual_names_exists() -> None:
     written = set(re.findall(r'\.(?:count|milliseconds|millisecond_value)\("(\w+)"', emf.split("pub fn emf_line", 1)[1].split("\n}\n", 1)[0]))
     assert named == written, (sorted(named - written), sorted(written - named))
     print(f"{len(variables)} variables, {len(flags)} flags and {len(named)} worker metrics checked")
+
+
+def test_every_error_class_the_manual_names_exists() -> None:
+    """The API page's error list: Rust variants of leaselock::Error, Python classes of the
+    package, Node classes index.d.ts exports."""
+    import leaselock
+
+    text = (PAGES / "api-reference.md").read_text().split("\nErrors:", 1)[1]
+    rust, rest = text.split("Python", 1)
+    python, node = rest.split("Node", 1)
+    names = lambda part: set(re.findall(r"`(?:leaselock[.:]+)?(\w+)`", part))  # noqa: E731
+    error_rs = (ROOT / "core" / "src" / "error.rs").read_text()
+    variants = set(re.findall(r"^    ([A-Z]\w*)\b", error_rs.split("pub enum Error", 1)[1].split("\n}\n", 1)[0], flags=re.M))
+    assert names(rust) - {"Error"} <= variants, names(rust) - {"Error"} - variants
+    assert all(isinstance(getattr(leaselock, n, None), type) for n in names(python)), \
+        [n for n in names(python) if not isinstance(getattr(leaselock, n, None), type)]
+    dts = (ROOT / "bindings" / "wasm" / "index.d.ts").read_text()
+    exported = set(re.findall(r"export declare class (\w+)", dts)) | set(re.findall(r"export \{ \w+ as (\w+) \}", dts))
+    assert names(node) - {"Error"} <= exported, names(node) - {"Error"} - exported
+
+
+def test_infra_readme_lists_every_worker_metric() -> None:
+    infra = (ROOT / "infra" / "README.md").read_text()
+    listed = infra.split("A worker's are published under", 1)[1].split("Counts are deltas", 1)[0]
+    emf = (ROOT / "core" / "src" / "engine" / "mod.rs").read_text()
+    written = set(re.findall(r'\.(?:count|milliseconds|millisecond_value)\("(\w+)"', emf.split("pub fn emf_line", 1)[1].split("\n}\n", 1)[0]))
+    named = set(re.findall(r"`([A-Z]\w+)`", listed)) - {"Service", "WorkerId", "ClockOffsetAlarm"}
+    assert named == written, (sorted(named - written), sorted(written - named))
