@@ -53,8 +53,16 @@ def test_every_rust_sample_is_an_example_that_runs() -> None:
         m = INCLUDE.fullmatch(code.strip())
         assert m, f"{page}: a Rust sample must be an include of core/examples/*.rs, built and run by the tests"
         name = m[1]
-        assert (ROOT / "core" / "examples" / f"{name}.rs").is_file(), (page, name)
+        source = ROOT / "core" / "examples" / f"{name}.rs"
+        assert source.is_file(), (page, name)
         assert name.startswith("manual_") or name in RUST_EXAMPLES, f"{page}: {name} is run by no test"
+        # The page shows the program from its first line of code: what it leaves out is the
+        # file's header comment.
+        first = re.search(r"\.rs:(\d+):", code)
+        skipped = source.read_text().splitlines()[: int(first[1]) - 1] if first else []
+        shown = source.read_text().splitlines()[len(skipped):]
+        assert all(line.startswith("//") or not line.strip() for line in skipped), (page, name, skipped)
+        assert shown and shown[0].startswith("use "), (page, name, shown[:1])
 
 
 def test_manual_python_samples_run_twice() -> None:
