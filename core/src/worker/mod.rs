@@ -198,7 +198,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// The long-poll wait of the hint queue (default and most 20 s).
+    /// The long-poll wait of the hint queue (default [`DEFAULT_HINT_WAIT`], 5 s; at most 20 s).
     pub fn hint_wait(mut self, d: Duration) -> Self {
         self.hint_wait = d;
         self
