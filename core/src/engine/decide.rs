@@ -694,7 +694,7 @@ pub const ORPHAN_UNITS_PER_CLAIM: f64 = 2.0;
 /// The part of one orphan-index partition value's write capacity that the workers claiming
 /// from it at once may use between them, leaving room for the rest of the fleet's writes
 /// (renewals, releases, starts) and for workers that pick the same shard.
-pub const CLAIM_BUDGET_SHARE: f64 = 0.8;
+pub const CLAIM_BUDGET_SHARE: f64 = 0.5;
 
 /// How many claims a second one worker of a fleet of `workers` sends, with the orphan index
 /// spread over `shards` partition values (session mode paces its claims by it, so a cold start
@@ -702,16 +702,32 @@ pub const CLAIM_BUDGET_SHARE: f64 = 0.8;
 /// worker claims from one shard at a time, picked at random for each poll, so a shard has
 /// `workers / shards` claimers on average; the rate lets the busiest shard (the mean, three
 /// standard deviations of its count and one more) take [`CLAIM_BUDGET_SHARE`] of its capacity.
-/// Unsharded, every worker claims from the one partition value.
-pub fn claim_rate_per_s(shards: u32, workers: usize) -> f64 {
+/// Unsharded, every worker claims from the one partition value. `seen_whole`: the last page
+/// held every orphan of the index (it was not full), spread over this many shards in effect
+/// (`(sum n)^2 / sum n^2` of the orphans in each): every worker then claims from the same
+/// few shards (the last of a cold start), so the fleet's claims share their capacity.
+pub fn claim_rate_per_s(shards: u32, workers: usize, seen_whole: Option<f64>) -> f64 {
     let workers = workers.max(1) as f64;
-    let crowd = if shards <= 1 {
-        workers
-    } else {
-        let mean = workers / f64::from(shards);
-        (mean + 3.0 * mean.sqrt() + 1.0).min(workers)
+    let crowd = match seen_whole {
+        _ if shards <= 1 => workers,
+        Some(spread) => workers / spread.clamp(1.0, f64::from(shards)),
+        None => {
+            let mean = workers / f64::from(shards);
+            (mean + 3.0 * mean.sqrt() + 1.0).min(workers)
+        }
     };
-    PARTITION_WRITE_UNITS * CLAIM_BUDGET_SHARE / ORPHAN_UNITS_PER_CLAIM / crowd
+    PARTITION_WRITE_UNITS * CLAIM_BUDGET_SHARE / ORPHAN_UNITS_PER_CLAIM / crowd.max(1.0)
+}
+
+/// How many shards `items` (orphans of one page) are spread over in effect: `(sum n)^2 / sum
+/// n^2` of their counts per shard (k evenly spread shards: k); `None` without orphans.
+pub fn shard_spread(items: &[&LeaseItem], shards: u32) -> Option<f64> {
+    let mut counts: HashMap<u32, f64> = HashMap::new();
+    for item in items {
+        *counts.entry(crate::orphan_shard_of(&item.id, shards.max(1))).or_default() += 1.0;
+    }
+    let squares: f64 = counts.values().map(|n| n * n).sum();
+    (squares > 0.0).then(|| (items.len() as f64).powi(2) / squares)
 }
 
 /// What a balancing worker remembers from one orphan poll to the next: when it first saw each
@@ -1119,17 +1135,41 @@ mod balance_tests {
 
     #[test]
     fn claims_are_paced_so_the_busiest_orphan_partition_stays_within_its_write_units() {
-        // One partition value: the fleet's claims share its 1,000 units (2 a claim) to 80 %.
-        assert_eq!(claim_rate_per_s(1, 1), 400.0);
-        assert_eq!(claim_rate_per_s(1, 100), 4.0);
+        // One partition value: the fleet's claims share its 1,000 units (2 a claim) to the
+        // budget's share.
+        let whole = PARTITION_WRITE_UNITS * CLAIM_BUDGET_SHARE / ORPHAN_UNITS_PER_CLAIM;
+        assert_eq!(whole, 250.0);
+        assert_eq!(claim_rate_per_s(1, 1, None), whole);
+        assert_eq!(claim_rate_per_s(1, 100, None), whole / 100.0);
+        assert_eq!(claim_rate_per_s(1, 100, Some(5.0)), whole / 100.0);
         // 150 workers on 64 shards: about 2.3 a shard, the busiest about 8.
-        let rate = claim_rate_per_s(64, 150);
+        let rate = claim_rate_per_s(64, 150, None);
         let busiest = 150.0 / 64.0 + 3.0 * (150.0_f64 / 64.0).sqrt() + 1.0;
-        assert!((rate * busiest * ORPHAN_UNITS_PER_CLAIM - 800.0).abs() < 1e-6, "{rate}");
-        assert!((45.0..55.0).contains(&rate), "{rate}");
+        assert!((rate * busiest - whole).abs() < 1e-6, "{rate}");
+        assert!((28.0..34.0).contains(&rate), "{rate}");
         // Never more claimers on a shard than workers.
-        assert_eq!(claim_rate_per_s(64, 1), 400.0);
-        assert_eq!(claim_rate_per_s(64, 0), 400.0);
+        assert_eq!(claim_rate_per_s(64, 1, None), whole);
+        assert_eq!(claim_rate_per_s(64, 0, None), whole);
+        // The last orphans of a cold start, all in 3 shards, seen by every worker: the fleet's
+        // claims share those three.
+        assert_eq!(claim_rate_per_s(64, 150, Some(3.0)), whole * 3.0 / 150.0);
+        assert_eq!(claim_rate_per_s(64, 2, Some(3.0)), whole);
+        let item = |id: &str| LeaseItem { id: id.into(), ..LeaseItem::default() };
+        let ids: Vec<LeaseItem> = (0..600).map(|i| item(&format!("c{i}"))).collect();
+        let in_shards = |k: u32| -> Vec<&LeaseItem> {
+            ids.iter().filter(|i| crate::orphan_shard_of(&i.id, 64) < k).take(30 * k as usize).collect()
+        };
+        let even = |k: u32| {
+            let page = in_shards(k);
+            let counts: Vec<usize> =
+                (0..k).map(|s| page.iter().filter(|i| crate::orphan_shard_of(&i.id, 64) == s).count()).collect();
+            (shard_spread(&page, 64).unwrap(), counts)
+        };
+        let (one, _) = even(1);
+        assert_eq!(one, 1.0);
+        let (spread, counts) = even(4);
+        assert!(spread > 3.0 && spread <= 4.0, "{spread} {counts:?}");
+        assert_eq!(shard_spread(&[], 64), None);
     }
 
     #[test]

@@ -163,6 +163,8 @@ enum Due {
     Event(Event),
     Retry(Retry),
     Batch(Batch),
+    /// A long poll of the hint queue that nothing answered ends.
+    PollEnd(u64),
 }
 
 /// Claims of work listed under one dead session, sent together as one transaction (as the
@@ -201,6 +203,11 @@ pub struct Sim {
     /// Hints made visible again later: (visible at, body).
     hints_deferred: Vec<(u64, String)>,
     receipts: u64,
+    /// Long polls of the hint queue waiting for a message (as SQS answers one as soon as a
+    /// message arrives): token → (worker, most messages it takes).
+    long_polls: BTreeMap<u64, (usize, usize)>,
+    /// Long polls to be answered one latency after a message arrived.
+    answering: std::collections::BTreeSet<u64>,
     /// How many live workers run a handler for each id.
     holders: HashMap<String, u32>,
     /// How many ids run on exactly one live worker (kept with `holders`).
@@ -237,6 +244,8 @@ impl Sim {
             hints_in_flight: HashMap::new(),
             hints_deferred: Vec::new(),
             receipts: 0,
+            long_polls: BTreeMap::new(),
+            answering: Default::default(),
             holders: HashMap::new(),
             held_once: 0,
             log: Vec::new(),
@@ -268,6 +277,7 @@ impl Sim {
     pub fn crash(&mut self, worker: usize) {
         self.nodes[worker].alive = false;
         self.queue.retain(|_, (w, _)| *w != worker);
+        self.long_polls.retain(|_, (w, _)| *w != worker);
         for id in std::mem::take(&mut self.nodes[worker].running).into_keys() {
             self.unhold(&id);
         }
@@ -290,6 +300,40 @@ impl Sim {
     /// Puts a hint message with `body` on the queue.
     pub fn hints_push(&mut self, body: String) {
         self.hints.push_back(body);
+        self.answer_long_polls();
+    }
+
+    /// Messages are visible: the oldest long poll waiting is answered one latency later with
+    /// what is visible then (a burst of messages comes in one answer).
+    fn answer_long_polls(&mut self) {
+        if self.hints.is_empty() {
+            return;
+        }
+        let nodes = &self.nodes;
+        self.long_polls.retain(|_, (w, _)| nodes[*w].alive && !nodes[*w].finished);
+        let Some((&token, &(worker, _))) = self.long_polls.iter().find(|(t, _)| !self.answering.contains(*t)) else {
+            return;
+        };
+        self.answering.insert(token);
+        let at = self.clock.monotonic_ms() + self.behaviour.latency_ms;
+        self.queue.insert((at, token), (worker, Due::PollEnd(token)));
+    }
+
+    /// Takes up to `max` visible messages (those deferred until now first become visible).
+    fn receive(&mut self, max: usize) -> Vec<HintMessage> {
+        let now = self.clock.monotonic_ms();
+        let (due, later): (Vec<_>, Vec<_>) = self.hints_deferred.drain(..).partition(|(at, _)| *at <= now);
+        self.hints_deferred = later;
+        self.hints.extend(due.into_iter().map(|(_, body)| body));
+        let mut received = Vec::new();
+        while received.len() < max {
+            let Some(body) = self.hints.pop_front() else { break };
+            self.receipts += 1;
+            let receipt = format!("r{}", self.receipts);
+            self.hints_in_flight.insert(receipt.clone(), body.clone());
+            received.push(HintMessage { receipt, body: Some(body) });
+        }
+        received
     }
 
     fn deliver(&mut self, worker: usize, event: Event) {
@@ -340,6 +384,15 @@ impl Sim {
                         if self.nodes[worker].alive {
                             self.run_batch(worker, batch);
                         }
+                    }
+                    (worker, Due::PollEnd(token)) => {
+                        self.answering.remove(&token);
+                        let open = self.nodes[worker].alive && !self.nodes[worker].finished;
+                        if let Some((_, max)) = self.long_polls.remove(&token).filter(|_| open) {
+                            let received = self.receive(max);
+                            self.deliver(worker, Event::Hints { received: Ok(received) });
+                        }
+                        self.answer_long_polls();
                     }
                 }
             }
@@ -519,20 +572,16 @@ impl Sim {
                 }
             }
             Command::ReceiveHints { max, wait_ms } => {
-                let now = self.clock.monotonic_ms();
-                let (due, later): (Vec<_>, Vec<_>) = self.hints_deferred.drain(..).partition(|(at, _)| *at <= now);
-                self.hints_deferred = later;
-                self.hints.extend(due.into_iter().map(|(_, body)| body));
-                let mut received = Vec::new();
-                while received.len() < max {
-                    let Some(body) = self.hints.pop_front() else { break };
-                    self.receipts += 1;
-                    let receipt = format!("r{}", self.receipts);
-                    self.hints_in_flight.insert(receipt.clone(), body.clone());
-                    received.push(HintMessage { receipt, body: Some(body) });
+                let received = self.receive(max);
+                if received.is_empty() {
+                    // A long poll: answered when a message arrives, or empty after the wait.
+                    self.order += 1;
+                    let token = self.order;
+                    self.long_polls.insert(token, (worker, max));
+                    self.queue.insert((self.clock.monotonic_ms() + wait_ms, token), (worker, Due::PollEnd(token)));
+                } else {
+                    self.later(worker, b.latency_ms, Event::Hints { received: Ok(received) });
                 }
-                let after = if received.is_empty() { wait_ms } else { b.latency_ms };
-                self.later(worker, after, Event::Hints { received: Ok(received) });
             }
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
                 let at = self.clock.monotonic_ms() + defer_ms;
@@ -549,6 +598,7 @@ impl Sim {
                         self.hints.push_back(body);
                     }
                 }
+                self.answer_long_polls();
             }
             Command::SendHint { id } => self.send_hint(&id),
             Command::EmitMetrics => {
