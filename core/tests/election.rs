@@ -72,10 +72,18 @@ async fn a_waiting_contender_runs_once_the_leader_is_done() {
         ElectionOptions::default().wait(Duration::from_secs(3)).retry_delay(Duration::from_millis(50)),
     );
     let started = Instant::now();
-    let (ra, rb) = tokio::join!(a.run_if_leader("job", |_| tokio::time::sleep(Duration::from_millis(300))), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        b.run_if_leader("job", |t| async move { t.fence() }).await
-    });
+    // b contends once a leads (told by a's action, not by a guess at how long a takes to claim).
+    let (leading, led) = tokio::sync::oneshot::channel();
+    let (ra, rb) = tokio::join!(
+        a.run_if_leader("job", |_| async move {
+            let _ = leading.send(());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }),
+        async {
+            led.await.expect("a leads");
+            b.run_if_leader("job", |t| async move { t.fence() }).await
+        }
+    );
     assert!(matches!(ra.unwrap(), Outcome::Led { fence: 1, .. }));
     assert!(matches!(rb.unwrap(), Outcome::Led { value: 2, .. }));
     assert!(started.elapsed() >= Duration::from_millis(300));
