@@ -27,6 +27,9 @@
 //! - **fences strictly increasing** per connection across every handler started, and the item's
 //!   fence never going back;
 //! - **checkpoints monotonic**: the item's `last_seq` never goes back;
+//! - **nothing sent past a deadline**: no renewal of a lease or a session leaves a worker at or
+//!   after its deadline (the driver gives up a request in flight at its deadline);
+//! - **time moves on**: no engine asks to be woken at a past time again and again;
 //! - **no work stranded**: once the last fault has ended, every STARTED connection runs on a
 //!   live worker within [`Scenario::bound_ms`] of the later of the storm's end and the moment it
 //!   stopped running, and no STOPPED connection runs for longer than
@@ -878,6 +881,18 @@ impl Driver<'_> {
     fn execute(&mut self, node: usize, command: Command) {
         match command {
             Command::Run { op, request } => {
+                // A holder sends nothing for a lease (or a session) past its deadline.
+                if let Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } = &request {
+                    if self.mono() >= *until_mono_ms {
+                        let what = format!(
+                            "w{} sent {} at {} ms, past its deadline {until_mono_ms}",
+                            self.nodes[node].slot,
+                            if matches!(request, Op::Renew { .. }) { "a renewal" } else { "a session renewal" },
+                            self.mono()
+                        );
+                        self.fail(what);
+                    }
+                }
                 let until_ms = self.budget_end(&request);
                 self.send(node, op, request, until_ms);
             }
@@ -1481,6 +1496,50 @@ mod tests {
             orphan_lag_ms: 0,
             offsets: vec![-62, 368, 0, 0],
             faults: vec![Fault { at_ms: 1_362, kind: FaultKind::Ambiguous { worker: 1, writes: 4 } }],
+        };
+        let out = run(&s);
+        assert_eq!(out.violation, None, "{s}");
+        assert!(out.recovered_after_ms.is_some(), "{out:?}");
+    }
+
+    /// Found by the explorer (seed 30197, its first 11 faults): a session takeover claim of
+    /// c10 landed but was answered as a timeout; the re-read that would give it back was made
+    /// while a claim of c10 from a hint was in flight, so it was dropped, and that claim was
+    /// refused as held by this very worker. The work stayed held under a live session with no
+    /// handler anywhere, for as long as the session lived. Now a claim refused as held by its own
+    /// worker is read again and given back, and a re-read waits for a claim in flight.
+    #[test]
+    fn a_claim_that_landed_unseen_is_given_back_though_a_claim_of_it_was_in_flight() {
+        use FaultKind::*;
+        let f = |at_ms, kind| Fault { at_ms, kind };
+        let s = Scenario {
+            seed: 30197,
+            broken: Broken::None,
+            mode: LeaseMode::Session,
+            lease_ms: 3_000,
+            renew_ms: 1_000,
+            skew_ms: 500,
+            workers: 3,
+            max_connections: 13,
+            work: 12,
+            hints: true,
+            index_lag_setting_ms: 10_000,
+            owner_lag_ms: 6_000,
+            orphan_lag_ms: 0,
+            offsets: vec![0, 240, 0],
+            faults: vec![
+                f(1_515, Crash { worker: 0, down_ms: 4_615 }),
+                f(2_120, Stop { work: 9, restart_ms: Some(2_749) }),
+                f(2_936, Stop { work: 5, restart_ms: None }),
+                f(5_960, IndexLag { owner: true, lag_ms: 8_000, ms: 8_177 }),
+                f(9_590, Ambiguous { worker: 1, writes: 2 }),
+                f(20_503, Throttle { worker: 1, ms: 657 }),
+                f(26_566, IndexLag { owner: true, lag_ms: 1_000, ms: 4_047 }),
+                f(26_707, Stop { work: 8, restart_ms: None }),
+                f(32_269, Shift { worker: 2, offset_ms: -284 }),
+                f(32_358, Ambiguous { worker: 0, writes: 3 }),
+                f(32_838, Shutdown { worker: 2, down_ms: 1_973 }),
+            ],
         };
         let out = run(&s);
         assert_eq!(out.violation, None, "{s}");

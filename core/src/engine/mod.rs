@@ -706,8 +706,6 @@ pub struct Engine {
     poll_first_shard: u32,
     /// Live sessions in the last listing, this worker's included (session mode).
     fleet_size: usize,
-    /// The last orphan page held every orphan of the index, over this many shards in effect.
-    seen_whole: Option<f64>,
     /// Claims this worker may send now without passing its rate ([`decide::claim_rate_per_s`]),
     /// as of `claim_tokens_at_mono_ms`; at most one second's worth.
     claim_tokens: f64,
@@ -769,7 +767,6 @@ impl Engine {
             clock: None,
             poll_first_shard: 0,
             fleet_size: 1,
-            seen_whole: None,
             claim_tokens: f64::INFINITY,
             claim_tokens_at_mono_ms: now.mono_ms,
             claims_paced_until: None,
@@ -1188,7 +1185,11 @@ impl Engine {
                 return Claim::Conflict;
             }
             Answer::Failed(e) => {
-                if matches!(e, Error::Timeout { outcome_unknown: true }) {
+                // A timeout may have landed; and work found held by this very worker, not tracked
+                // here, is an earlier claim that landed unseen (its answer lost, its re-read made
+                // while this claim was in flight): both are read again and given back.
+                let own = matches!(&e, Error::Held { owner, .. } if *owner == self.settings.worker_id);
+                if own || matches!(e, Error::Timeout { outcome_unknown: true }) {
                     self.unsettled.insert(id.clone());
                 }
                 return match claim_failure(&e) {
@@ -1425,6 +1426,11 @@ impl Engine {
         match answer {
             Answer::Item(Some(item)) => {
                 let ours = item.owner.as_deref() == Some(self.settings.worker_id.as_str());
+                if ours && matches!(self.tracked.get(&id), Some(Tracked::Claiming)) {
+                    // A claim of it is in flight: read it again once that one is answered.
+                    self.unsettled.insert(id);
+                    return;
+                }
                 if !ours || item.expires_at_ms == Some(0) || self.tracked.contains_key(&id) {
                     return;
                 }
@@ -1449,8 +1455,15 @@ impl Engine {
     fn start_poll(&mut self) {
         // A claim whose answer was lost may still have landed: read it again.
         for id in std::mem::take(&mut self.unsettled) {
-            if !self.tracked.contains_key(&id) {
-                self.run(Op::Get { id: id.clone() }, Pending::Settle { id });
+            match self.tracked.get(&id) {
+                None => {
+                    self.run(Op::Get { id: id.clone() }, Pending::Settle { id });
+                }
+                // Read once the claim in flight is answered.
+                Some(Tracked::Claiming) => {
+                    self.unsettled.insert(id);
+                }
+                Some(_) => {}
             }
         }
         let interval = self.settings.orphan_interval_ms;
@@ -1612,10 +1625,9 @@ impl Engine {
             let (unowned, in_flight) = orphan_counts(&round.page, now_ms, config, &own, |id| tracked.contains_key(id));
             // The page may be one of many: its shards stand for the rest.
             let (first, shards) = (self.poll_first_shard, config.orphan_shards);
-            let counts = |i: &LeaseItem| decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id));
-            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, counts));
-            let orphans: Vec<&LeaseItem> = round.page.iter().filter(|i| counts(i)).collect();
-            self.seen_whole = if round.full { None } else { decide::shard_spread(&orphans, shards) };
+            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, |i| {
+                decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id))
+            }));
             let taken = |d: &DeadSession| {
                 d.epoch.and_then(|e| self.taken_from.get(&(d.owner.clone(), e))).copied().unwrap_or(0)
             };
@@ -1831,7 +1843,7 @@ impl Engine {
         if !self.balanced() {
             return true;
         }
-        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size, self.seen_whole);
+        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size);
         let now = self.now.mono_ms;
         let elapsed_s = now.saturating_sub(self.claim_tokens_at_mono_ms) as f64 / 1_000.0;
         let burst = rate.max(CLAIM_CONCURRENCY as f64);
@@ -1930,9 +1942,7 @@ impl Engine {
         batch.queue.extend(first..first + messages.len());
         batch.outcomes.resize(first + messages.len(), None);
         batch.messages.extend(messages);
-        // A round about to read the fleet sets the limit anyway: no read of the sessions of
-        // its own (every worker a deploy's hints reach reads them at once).
-        if !self.below_claim_limit() && !self.stopping && !batch.refreshed && batch.round_wait.is_none() {
+        if !self.below_claim_limit() && !self.stopping && !batch.refreshed {
             batch.refreshed = true;
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
