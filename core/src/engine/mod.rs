@@ -706,6 +706,8 @@ pub struct Engine {
     poll_first_shard: u32,
     /// Live sessions in the last listing, this worker's included (session mode).
     fleet_size: usize,
+    /// The last orphan page held every orphan of the index, over this many shards in effect.
+    seen_whole: Option<f64>,
     /// Claims this worker may send now without passing its rate ([`decide::claim_rate_per_s`]),
     /// as of `claim_tokens_at_mono_ms`; at most one second's worth.
     claim_tokens: f64,
@@ -767,6 +769,7 @@ impl Engine {
             clock: None,
             poll_first_shard: 0,
             fleet_size: 1,
+            seen_whole: None,
             claim_tokens: f64::INFINITY,
             claim_tokens_at_mono_ms: now.mono_ms,
             claims_paced_until: None,
@@ -1625,9 +1628,10 @@ impl Engine {
             let (unowned, in_flight) = orphan_counts(&round.page, now_ms, config, &own, |id| tracked.contains_key(id));
             // The page may be one of many: its shards stand for the rest.
             let (first, shards) = (self.poll_first_shard, config.orphan_shards);
-            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, |i| {
-                decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id))
-            }));
+            let counts = |i: &LeaseItem| decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id));
+            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, counts));
+            let orphans: Vec<&LeaseItem> = round.page.iter().filter(|i| counts(i)).collect();
+            self.seen_whole = if round.full { None } else { decide::shard_spread(&orphans, shards) };
             let taken = |d: &DeadSession| {
                 d.epoch.and_then(|e| self.taken_from.get(&(d.owner.clone(), e))).copied().unwrap_or(0)
             };
@@ -1843,7 +1847,7 @@ impl Engine {
         if !self.balanced() {
             return true;
         }
-        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size);
+        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size, self.seen_whole);
         let now = self.now.mono_ms;
         let elapsed_s = now.saturating_sub(self.claim_tokens_at_mono_ms) as f64 / 1_000.0;
         let burst = rate.max(CLAIM_CONCURRENCY as f64);
@@ -1942,7 +1946,9 @@ impl Engine {
         batch.queue.extend(first..first + messages.len());
         batch.outcomes.resize(first + messages.len(), None);
         batch.messages.extend(messages);
-        if !self.below_claim_limit() && !self.stopping && !batch.refreshed {
+        // A round about to read the fleet sets the limit anyway: no read of the sessions of
+        // its own (every worker a deploy's hints reach reads them at once).
+        if !self.below_claim_limit() && !self.stopping && !batch.refreshed && batch.round_wait.is_none() {
             batch.refreshed = true;
             self.run(Op::Sessions, Pending::RefreshLimit);
             batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
