@@ -17,7 +17,7 @@
 //! Session mode runs with its orphan index sharded `FLEET_SIM_SESSION_SHARDS` ways (default 64:
 //! one STARTED partition value takes 1,000 write units a second, and every claim moves its
 //! item's index sort key, 2 units, so one value cold-starts at most 500 connections a second).
-//! `FLEET_SIM_MODES` (a comma-separated list of mode names, e.g. `session,session-5s`) runs
+//! `FLEET_SIM_MODES` (mode names separated by `;`, e.g. `session;per-item, 64 shards`) runs
 //! only those.
 
 use std::collections::BTreeMap;
@@ -239,7 +239,7 @@ fn main() {
     modes.push(mode("session".into(), LeaseMode::Session, session_shards, defaults));
     modes.push(mode("session-5s".into(), LeaseMode::Session, session_shards, (5_000, 1_250, 250)));
     if let Ok(only) = std::env::var("FLEET_SIM_MODES") {
-        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        let only: Vec<&str> = only.split(';').map(str::trim).collect();
         modes.retain(|m| only.contains(&m.name.as_str()));
     }
     let mut results = serde_json::Map::new();
