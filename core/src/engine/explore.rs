@@ -124,8 +124,8 @@ pub enum FaultKind {
     /// The worker's requests and answers are held back for `ms`; a request whose budget ends
     /// first fails (a renewal as lost, the rest as timeouts whose outcome is unknown).
     Partition { worker: usize, ms: u64 },
-    /// The worker's next `writes` writes are applied and answered as timeouts whose outcome is
-    /// unknown.
+    /// The worker's next `writes` writes within one lease are applied and answered as timeouts
+    /// whose outcome is unknown.
     Ambiguous { worker: usize, writes: u32 },
     /// The worker's requests are throttled for `ms` (retried until then or their budget's end).
     Throttle { worker: usize, ms: u64 },
@@ -434,6 +434,8 @@ struct Node {
     partition_until: u64,
     throttle_until: u64,
     ambiguous: u32,
+    /// Writes are answered ambiguously only until then (the fault's end).
+    ambiguous_until: u64,
     copies: BTreeMap<String, Lease>,
     /// Handlers running: id → record.
     running: BTreeMap<String, usize>,
@@ -609,6 +611,7 @@ impl Driver<'_> {
             partition_until: 0,
             throttle_until: 0,
             ambiguous: 0,
+            ambiguous_until: 0,
             copies: BTreeMap::new(),
             running: BTreeMap::new(),
         });
@@ -782,6 +785,7 @@ impl Driver<'_> {
             FaultKind::Ambiguous { worker, writes } => {
                 let n = self.slots[worker];
                 self.nodes[n].ambiguous += writes;
+                self.nodes[n].ambiguous_until = end;
             }
             FaultKind::IndexLag { owner, lag_ms, .. } => {
                 self.store.set_lag_of(index(owner), lag_ms);
@@ -1047,7 +1051,7 @@ impl Driver<'_> {
             }
             return;
         }
-        let ambiguous = !request.is_read() && self.nodes[node].ambiguous > 0;
+        let ambiguous = !request.is_read() && self.nodes[node].ambiguous > 0 && now < self.nodes[node].ambiguous_until;
         let error = self.given_up(&request, Error::Timeout { outcome_unknown: !request.is_read() });
         self.out.ops += 1;
         let answer = self.answer(node, request);
