@@ -2002,6 +2002,15 @@ impl Engine {
                 return;
             }
             batch.round_wait = None;
+            // The round was not in time to set the limit (its queries are slow, or it read
+            // nothing new): the batch reads the sessions itself, as one with no round ahead does.
+            if !self.below_claim_limit() && !self.stopping && !batch.refreshed {
+                batch.refreshed = true;
+                self.run(Op::Sessions, Pending::RefreshLimit);
+                batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
+                self.hint_batch = Some(batch);
+                return;
+            }
         }
         while batch.in_flight < HINT_CLAIM_CONCURRENCY {
             if batch.queue.is_empty() || !self.take_claim_token() {
