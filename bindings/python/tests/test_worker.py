@@ -263,8 +263,13 @@ def test_unreachable_store_cancels_at_the_deadline(ids, tmp_path) -> None:
 
         thread = _serve_in_thread(worker)
         wait_for(lambda: conns, 15, "the claim")
-        # Let a renewal or two land, then freeze the store.
-        time.sleep(RENEW_MS / 1000 * 1.5)
+        # Freeze the store once a renewal has landed (the item's expiry moved past the claim's).
+        def expiry() -> int:
+            item = table.get(id)
+            return (item.expires_at_ms or 0) if item is not None else 0
+
+        claimed = expiry()
+        wait_for(lambda: expiry() > claimed, LEASE_MS / 1000, "a renewal")
         os.kill(engine.pid, signal.SIGSTOP)
         time.sleep(0.2)
         deadline_at = time.monotonic() + conns[0].deadline
