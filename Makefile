@@ -97,6 +97,7 @@ docs:
 # samples run in test-python (Python, Rust) and test-node (Node).
 test-docs:
 	scripts/docs.sh --manual
+	tests/bench_plumbing.sh
 
 # make docs, then every page of the manual opened in headless Chromium (Debian's chromium,
 # installed when missing): a page that logs an error, has a broken image or shows no diagram it
@@ -129,6 +130,13 @@ demo:
 	scripts/build-wasm.sh
 	MOTO_PORT=$(DEMO_PORT) LEASELOCK_ENGINE_INDEX_LAG_MS=$(FLEET_INDEX_LAG_MS) scripts/with-services.sh target/release/leaselock demo
 
+# A full run's figures go to bench/results/latest.json (the report and the README's headline are
+# written from it, naming the commit the run started on); a section run alone (make bench-failover)
+# merges into bench/results/partial.json instead, so it never mixes into a full run's figures.
+FULL_RESULTS := $(CURDIR)/bench/results/latest.json
+LEASELOCK_BENCH_RESULTS ?= $(CURDIR)/bench/results/partial.json
+export LEASELOCK_BENCH_RESULTS
+
 # make bench: every section merges its keys into bench/results/latest.json (bench/merge.py), then
 # bench/report.py writes bench/REPORT.md and its plots. The file starts empty, so every key in it
 # comes from this run (a section run alone merges into what is there). The run's duration, builds included, is
@@ -138,8 +146,9 @@ demo:
 bench:
 	@mkdir -p target && date +%s > target/bench-started
 	rm -f bench/results/latest.json
-	$(MAKE) --no-print-directory bench-sections
-	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | python3 bench/merge.py
+	echo "{\"bench_commit\": \"$$(git rev-parse --short HEAD)\", \"bench_tree_clean\": $$(test -z "$$(git status --porcelain --untracked-files=no)" && echo true || echo false)}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
+	$(MAKE) --no-print-directory bench-sections LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS)
+	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report
 
 bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-explore

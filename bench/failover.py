@@ -114,7 +114,11 @@ def main() -> None:
             "arrived; session claims write no time on the item, and reading the table would add requests to the "
             "engine the claims wait on).",
         }
-    out = Path(__file__).resolve().parent / "results" / "failover.json"
+    # Beside the results file this run merges into: a failover section run alone writes
+    # partial-failover.json, never the full run's samples.
+    from merge import RESULTS
+
+    out = RESULTS.with_name("failover.json" if RESULTS.name == "latest.json" else f"{RESULTS.stem}-failover.json")
     record = {"crash": crash, "graceful": graceful, "crash_scale": k}
     if session is not None:
         record["session_crash"] = session

@@ -19,6 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+# A full `make bench` points this at bench/results/latest.json (what the report and the README's
+# headline are written from); a section run alone writes bench/results/partial.json, so it never
+# mixes into a full run's figures.
 RESULTS = Path(os.environ.get("LEASELOCK_BENCH_RESULTS", Path(__file__).resolve().parent / "results" / "latest.json"))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +31,10 @@ AWS_CRASH_WORST_S = 80
 AWS_WRITES_PER_CONNECTION_HOUR = 720
 AWS_UNITS_PER_RENEWAL = 3
 AWS_MONTHLY_2000 = 1300
-PRICE_PER_MILLION_WRITES = 1.25  # USD, on-demand write request units: 2,000 x 720 x 730 h x this = $1,314
+PRICE_PER_MILLION_WRITES = 1.25  # USD, the post's price (before Nov 2024): 2,000 x 720 x 730 h x this = $1,314
+# On-demand write request units in us-east-1 since AWS halved on-demand prices on 1 November 2024
+# (the DynamoDB pricing page, read 2026-12): what a month costs today.
+PRICE_PER_MILLION_WRITES_NOW = 0.625
 HOURS_PER_MONTH = 730
 # The seed's election figures (bluetape4k-leader: DynamoDB Local; Redis with Lettuce).
 SEED_DYNAMODB_OPS = 641
@@ -58,11 +60,13 @@ def machine() -> str:
     return f"{cores} cores ({model or platform.processor()}), {platform.system()} {platform.release()}; load average {load:.1f} when the report was written"
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+def bench_commit(results: Dict[str, Any]) -> str:
+    """The commit the figures were measured on, as `make bench` recorded it when it started (not
+    the checkout the report is written in), and whether the tree had uncommitted changes."""
+    commit = results.get("bench_commit")
+    if not commit:
+        return "unknown: not recorded by a full `make bench`"
+    return commit if results.get("bench_tree_clean", False) else f"{commit}, with uncommitted changes"
 
 
 def plot_failover(failover: Dict[str, Any], r: Dict[str, Any]) -> None:
@@ -170,7 +174,7 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     w = lines.append
     w("# leaselock benchmark report")
     w("")
-    w(f"Written by `bench/report.py`, the last step of `make bench` (commit `{git_commit()}`, {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}).")
+    w(f"Written by `bench/report.py`, the last step of `make bench`, from one full run on commit `{bench_commit(r)}` ({datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}).")
     w(f"Machine: {machine()}. It is shared with other builds and noisy: absolute CPU figures move from")
     w("run to run, so every comparison below is measured side by side in the same run, and the ratios are")
     w("the figures to read. All DynamoDB traffic goes to the local engine (moto over HTTP) on loopback.")
@@ -329,7 +333,11 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
       f"its ~${AWS_MONTHLY_2000:,} a month for writes alone comes out: 2,000 x 720 x {HOURS_PER_MONTH} h): per-item with the index writes "
       f"{2000 * per_item_units / 3600:,.0f} write units/s, ${2000 * per_item_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES / 1e6:,.0f} a month; "
       f"session mode at this run's connections per worker {2000 * session_units / 3600:,.1f} write units/s, "
-      f"${2000 * session_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES / 1e6:,.0f} a month.")
+      f"${2000 * session_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES / 1e6:,.0f} a month. "
+      f"At today's on-demand price (${PRICE_PER_MILLION_WRITES_NOW} per million write request units in us-east-1 since "
+      "AWS halved on-demand prices on 1 November 2024): per-item "
+      f"${2000 * per_item_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES_NOW / 1e6:,.0f} a month, session mode "
+      f"${2000 * session_units * HOURS_PER_MONTH * PRICE_PER_MILLION_WRITES_NOW / 1e6:,.0f} a month.")
     w("")
 
     w("## Orphan reconciliation")
@@ -544,7 +552,8 @@ def session_section(r: Dict[str, Any], ss: Dict[str, Any], crash_setup: Dict[str
         f"a renewal {fmt((lease or 0) - (renew or 0) + (skew or 0))} ms; the survivors read the fleet again at that "
         "moment (not at their next orphan query), then claim: each survivor takes the connections it ranks highest for "
         "among the live workers (rendezvous hashing) with TransactWriteItems of several connections each (the dead "
-        "session's check once, each connection's takeover Update, conditioned on the item as the owner index listed it). Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
+        "session's check once, each connection's takeover Update, conditioned on the item as the owner index listed it). "
+        f"Machine load average (1 min) at the first and last round: {ss.get('load_average')}.",
         "",
         f"Writes per connection-hour: the lease table's item writes counted by the local engine (run with DynamoDB's "
         f"per-partition limits, so it bills and counts every write: `scripts/partition_limits.py`) over "
@@ -586,7 +595,11 @@ def readme_table(r: Dict[str, Any]) -> str:
         f"| election `run_if_leader`, ops/s | | {fmt(g('election_dynamodb_ops_per_s'))} DynamoDB API, {fmt(g('election_redis_ops_per_s'))} Redis (seed: {SEED_DYNAMODB_OPS} / {SEED_REDIS_OPS:,}) |",
     ]
     duration = g("bench_duration_s")
-    run = f"one `make bench` run ({duration / 60:.0f} minutes end to end)" if duration else "the sections of `make bench`"
+    run = (
+        f"one `make bench` run on commit `{bench_commit(r)}` ({duration / 60:.0f} minutes end to end)"
+        if duration
+        else "the sections of `make bench`"
+    )
     ran = (f"Measured by {run} on a 2-core machine against the\n"
            "local engine (moto); the method, each figure's anchor and the plots are in")
     return "\n".join(
@@ -603,6 +616,10 @@ def readme_table(r: Dict[str, Any]) -> str:
 
 
 def update_readme(r: Dict[str, Any]) -> None:
+    # Only a full run's figures (its commit recorded as it started) make the headline.
+    if not r.get("bench_commit"):
+        print("the README's headline is left as it is: these figures are not one full `make bench` run's")
+        return
     text = README.read_text()
     if README_START not in text or README_END not in text:
         return

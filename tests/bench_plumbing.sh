@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The published figures come from one full `make bench`: a dry run writes nothing, a section run
+# alone merges into bench/results/partial.json (never into the full run's latest.json), and the
+# report names the commit the full run recorded, not the checkout it is written in.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+passed=0 failed=0
+check() {
+  if eval "$2"; then echo "ok     $1"; passed=$((passed + 1)); else echo "FAIL   $1"; failed=$((failed + 1)); fi
+}
+
+before="$(git status --porcelain)"
+make -n bench >/dev/null
+check "make -n bench writes nothing" '[[ "$(git status --porcelain)" == "$before" ]]'
+
+# Where a section merges: make's own variable, read back by a make that only prints it.
+section="$(make -s --eval 'where: ; @echo $$LEASELOCK_BENCH_RESULTS' where)"
+full="$(make -s --eval 'where: ; @echo $$LEASELOCK_BENCH_RESULTS' where LEASELOCK_BENCH_RESULTS="$PWD/bench/results/latest.json")"
+check "a section run alone merges into partial.json ($section)" '[[ "$section" == "$PWD/bench/results/partial.json" ]]'
+check "the full run merges into latest.json" '[[ "$full" == "$PWD/bench/results/latest.json" ]]'
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+out="$(cd bench && python3 - "$scratch" <<'PY'
+import sys
+from pathlib import Path
+
+sys.modules["matplotlib"] = type(sys)("matplotlib")  # the plots play no part here
+sys.modules["matplotlib"].use = lambda *a, **k: None
+sys.modules["matplotlib.pyplot"] = type(sys)("matplotlib.pyplot")
+import report
+
+readme = Path(sys.argv[1]) / "README.md"
+readme.write_text(f"x\n{report.README_START}\nold\n{report.README_END}\n")
+report.README = readme
+report.update_readme({"bench_duration_s": 60})
+print("partial:", "old" in readme.read_text())
+report.update_readme({"bench_duration_s": 60, "bench_commit": "abc1234", "bench_tree_clean": True})
+text = readme.read_text()
+print("full:", "old" not in text and "commit `abc1234`" in text)
+print("dirty:", report.bench_commit({"bench_commit": "abc1234"}))
+PY
+)"
+check "figures without a full run's commit leave the README's headline alone" '[[ "$out" == *"partial: True"* ]]'
+check "a full run's figures make the headline, naming its commit" '[[ "$out" == *"full: True"* ]]'
+check "a run on a tree with uncommitted changes says so" '[[ "$out" == *"dirty: abc1234, with uncommitted changes"* ]]'
+
+echo "bench plumbing: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
