@@ -174,14 +174,14 @@ bench-fleet-sim:
 
 # The fault explorer (core/examples/explore.rs, leaselock::engine::explore): seeded storms of
 # faults on a simulated fleet, every invariant checked at every step, on two threads until
-# EXPLORE_FAULTS faults have been judged (about 2,400 a second on 2 cores: some 5 minutes), then
+# EXPLORE_FAULTS faults have been judged (about 2,200 a second on 2 cores: some 5.5 minutes), then
 # each deliberately broken engine from the same first seed until it is caught. Faults judged per
 # second, violations and the seeds each broken engine took go into the "explore" key.
 EXPLORE_FAULTS ?= 700000
 bench-explore:
 	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --example explore -- --faults $(EXPLORE_FAULTS) --json | python3 bench/merge.py
 
-# The explorer for as long as you like: EXPLORE_LONG_FAULTS faults (10^8: about half a day on 2
+# The explorer for as long as you like: EXPLORE_LONG_FAULTS faults (10^8: about 13 hours on 2
 # cores) from seed EXPLORE_FIRST; it stops at the first violation and prints the seed, the shortest
 # failing prefix of its storm and the command that replays it.
 EXPLORE_LONG_FAULTS ?= 100000000
