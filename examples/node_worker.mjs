@@ -34,7 +34,7 @@ const mode = (modeFlag > 1 ? process.argv[modeFlag + 1] : env.LEASELOCK_MODE) ??
 const client = new DynamoDBClient({});
 const table = new LeaseTable({
   client,
-  tableName: env.LEASELOCK_TABLE ?? 'leaselock',
+  tableName: env.LEASELOCK_TABLE ?? 'leases',
   leaseMs: number('LEASELOCK_LEASE_MS'),
   renewMs: number('LEASELOCK_RENEW_MS'),
   clockSkewMs: number('LEASELOCK_CLOCK_SKEW_MS'),

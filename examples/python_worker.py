@@ -46,7 +46,7 @@ def optional_int(name: str) -> int | None:
 
 
 table = leaselock.LeaseTable(
-    env("LEASELOCK_TABLE", "leaselock"),
+    env("LEASELOCK_TABLE", "leases"),
     lease_ms=int(env("LEASELOCK_LEASE_MS", "20000")),
     renew_ms=int(env("LEASELOCK_RENEW_MS", "5000")),
     clock_skew_ms=int(env("LEASELOCK_CLOCK_SKEW_MS", "1000")),

@@ -33,7 +33,7 @@ struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct TableArgs {
     /// Lease table name.
-    #[arg(long = "table", env = "LEASELOCK_TABLE", default_value = "leaselock", global = true)]
+    #[arg(long = "table", env = "LEASELOCK_TABLE", default_value = "leases", global = true)]
     pub table_name: String,
     /// Name of the sparse orphan index (desired_state, lease_expires_at_ms).
     #[arg(long, env = "LEASELOCK_INDEX_NAME", default_value = leaselock::config::DEFAULT_INDEX_NAME, global = true)]

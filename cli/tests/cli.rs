@@ -46,6 +46,23 @@ fn every_subcommand_has_complete_help() {
     }
 }
 
+/// `leaselock table create` and then an example worker or a README sample, all without naming a
+/// table, must meet on one table.
+#[test]
+fn the_cli_and_the_example_workers_default_to_the_table_the_samples_use() {
+    let help = stdout(&leaselock(&["table", "create", "--help"]));
+    assert!(help.contains("[default: leases]"), "{help}");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for (file, default) in [
+        ("examples/python_worker.py", r#"env("LEASELOCK_TABLE", "leases")"#),
+        ("examples/node_worker.mjs", "env.LEASELOCK_TABLE ?? 'leases'"),
+        ("README.md", r#"LeaseTable("leases")"#),
+    ] {
+        let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+        assert!(text.contains(default), "{file} does not default to the table `leases`");
+    }
+}
+
 #[test]
 fn bad_flags_and_ids_exit_2_with_one_line() {
     let long = "x".repeat(1025);
