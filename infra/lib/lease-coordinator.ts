@@ -62,6 +62,12 @@ export interface LeaseCoordinatorProps {
    * @default 'per-item'
    */
   readonly leaseMode?: 'per-item' | 'session';
+  /**
+   * Partition values the orphan index's STARTED entries are spread over (1 to 256; 1: unsharded).
+   * Every worker must use the same number: it is part of `environment`.
+   * @default 1
+   */
+  readonly orphanShards?: number;
   /** @default 'leaselock' */
   readonly metricsNamespace?: string;
   /** @default Schedule.rate(Duration.minutes(1)) */
@@ -122,6 +128,10 @@ export class LeaseCoordinator extends Construct {
     this.ownerIndexName = props.ownerIndexName ?? 'lease_owner-index';
     this.metricsNamespace = props.metricsNamespace ?? DEFAULT_METRICS_NAMESPACE;
     const deletionProtection = props.deletionProtection ?? true;
+    const orphanShards = props.orphanShards ?? 1;
+    if (!Number.isInteger(orphanShards) || orphanShards < 1 || orphanShards > 256) {
+      throw new Error(`orphanShards must be an integer from 1 to 256, not ${orphanShards}`);
+    }
 
     this.table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'connection_id', type: dynamodb.AttributeType.STRING },
@@ -166,6 +176,8 @@ export class LeaseCoordinator extends Construct {
       LEASELOCK_CLOCK_SKEW_MS: String((props.clockSkew ?? Duration.seconds(1)).toMilliseconds()),
       // Only in session mode: per-item (the default) is what every process does without it.
       ...(props.leaseMode === 'session' ? { LEASELOCK_MODE: 'session' } : {}),
+      // Only when sharded: 1 is what every process does without it.
+      ...(orphanShards > 1 ? { LEASELOCK_ORPHAN_SHARDS: String(orphanShards) } : {}),
       LEASELOCK_METRICS_NAMESPACE: this.metricsNamespace,
     };
 

@@ -195,6 +195,19 @@ describe('LeaseCoordinator', () => {
     }
   });
 
+  test('orphan shards reach both functions and the workers when sharded, and a bad count fails synthesis', () => {
+    const { stack, coordinator, template } = synth({ orphanShards: 64 });
+    for (const fn of [coordinator.router, coordinator.reconciler]) {
+      const variables = template.findResources('AWS::Lambda::Function')[logicalId(stack, fn)].Properties.Environment.Variables;
+      assert.equal(variables.LEASELOCK_ORPHAN_SHARDS, '64');
+    }
+    assert.equal(coordinator.environment.LEASELOCK_ORPHAN_SHARDS, '64');
+    assert.equal(synth().coordinator.environment.LEASELOCK_ORPHAN_SHARDS, undefined);
+    for (const bad of [0, 257, 1.5, Number.NaN]) {
+      assert.throws(() => synth({ orphanShards: bad }), /orphanShards must be an integer from 1 to 256/);
+    }
+  });
+
   test('the sweep for stranded work is set by props (0 turns it off)', () => {
     const { stack, coordinator, template } = synth({ sweepIntervalMinutes: 0, sweepGrace: Duration.minutes(5) });
     const variables = template.findResources('AWS::Lambda::Function')[logicalId(stack, coordinator.reconciler)]
