@@ -37,12 +37,12 @@
 //!
 //! Deliberately broken engines ([`Broken`]) check that the invariants can fail.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::sim::block_on;
-use super::{Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, Op, Settings};
+use super::sim::{block_on, execute, HintQueue};
+use super::{Answer, Command, Engine, Event, HandlerEnd, Now, Op, Settings};
 use crate::{Clock, Error, Lease, LeaseMode, LeaseStore, ManualClock, MemoryStore, SkewedClock, TableConfig};
 
 const START_WALL_MS: u64 = 1_700_000_000_000;
@@ -485,10 +485,7 @@ struct Driver<'a> {
     slots: Vec<usize>,
     queue: BTreeMap<(u64, u64), (usize, Due)>,
     order: u64,
-    hints: VecDeque<String>,
-    hints_in_flight: BTreeMap<String, String>,
-    hints_deferred: Vec<(u64, String)>,
-    receipts: u64,
+    hints: HintQueue,
     records: Vec<Record>,
     ids: Vec<String>,
     started: BTreeSet<String>,
@@ -557,10 +554,7 @@ pub fn run(s: &Scenario) -> Outcome {
         slots: Vec::new(),
         queue: BTreeMap::new(),
         order: 0,
-        hints: VecDeque::new(),
-        hints_in_flight: BTreeMap::new(),
-        hints_deferred: Vec::new(),
-        receipts: 0,
+        hints: HintQueue::default(),
         records: Vec::new(),
         started: ids.iter().cloned().collect(),
         ids,
@@ -834,7 +828,7 @@ impl Driver<'_> {
                 self.started.insert(id.clone());
                 self.stopped_running_since.remove(&id);
                 if self.s.hints {
-                    self.hints.push_back(crate::Hint::new(&id).to_json());
+                    self.hints.push(crate::Hint::new(&id).to_json());
                 }
             }
             _ => {}
@@ -973,19 +967,12 @@ impl Driver<'_> {
             }
             Command::ReceiveHints { max, wait_ms } => {
                 let now = self.mono();
-                let (due, later): (Vec<_>, Vec<_>) = self.hints_deferred.drain(..).partition(|(at, _)| *at <= now);
-                self.hints_deferred = later;
-                self.hints.extend(due.into_iter().map(|(_, body)| body));
-                let mut received = Vec::new();
-                let cut = self.nodes[node].partition_until > now;
-                while received.len() < max && !cut {
-                    let Some(body) = self.hints.pop_front() else { break };
-                    self.receipts += 1;
-                    let receipt = format!("r{}", self.receipts);
-                    self.hints_in_flight.insert(receipt.clone(), body.clone());
-                    received.push(HintMessage { receipt, body: Some(body) });
-                }
-                let received = if cut { Err("the queue is unreachable".to_string()) } else { Ok(received) };
+                let received = if self.nodes[node].partition_until > now {
+                    self.hints.surface(now);
+                    Err("the queue is unreachable".to_string())
+                } else {
+                    Ok(self.hints.receive(max, now))
+                };
                 let after = match &received {
                     Ok(r) if r.is_empty() => wait_ms,
                     _ => LATENCY_MS,
@@ -993,22 +980,9 @@ impl Driver<'_> {
                 self.later(node, after, Event::Hints { received });
             }
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
-                let at = self.mono() + defer_ms;
-                for r in defer {
-                    if let Some(body) = self.hints_in_flight.remove(&r) {
-                        self.hints_deferred.push((at, body));
-                    }
-                }
-                for r in delete {
-                    self.hints_in_flight.remove(&r);
-                }
-                for r in give_back {
-                    if let Some(body) = self.hints_in_flight.remove(&r) {
-                        self.hints.push_back(body);
-                    }
-                }
+                self.hints.settle(delete, give_back, defer, self.mono() + defer_ms);
             }
-            Command::SendHint { id } => self.hints.push_back(crate::Hint::new(&id).to_json()),
+            Command::SendHint { id } => self.hints.push(crate::Hint::new(&id).to_json()),
             Command::EmitMetrics => {
                 self.nodes[node].engine.take_metrics();
             }
@@ -1086,82 +1060,30 @@ impl Driver<'_> {
     fn answer(&mut self, node: usize, request: Op) -> Answer {
         let store = self.nodes[node].store.clone();
         let owner = self.nodes[node].engine.settings().worker_id.clone();
-        let failed = Answer::Failed;
+        // Rule 2 off: every deadline handed to the engine is the expiry's, the skew not taken off.
         let skew = if self.s.broken == Broken::NoRule2 { self.s.skew_ms } else { 0 };
-        let widen = |mut lease: Lease| {
-            lease.deadline_mono_ms += skew;
-            lease
+        let renewed = match &request {
+            Op::Renew { id, .. } => Some(id.clone()),
+            _ => None,
         };
         let now = self.mono();
         let n = &mut self.nodes[node];
-        match request {
-            Op::Claim { id, session: None, .. } => {
-                block_on(store.acquire_started(&id, &owner)).map_or_else(failed, |l| Answer::Lease(widen(l)))
-            }
-            Op::Claim { session: Some(s), listed: Some(l), .. } => {
-                block_on(store.claim_listed_in_session(&l.item, l.epoch, &s))
-                    .map_or_else(failed, |l| Answer::Lease(widen(l)))
-            }
-            Op::Claim { id, session: Some(s), .. } => {
-                block_on(store.claim_in_session(&id, &s)).map_or_else(failed, |l| Answer::Lease(widen(l)))
-            }
-            Op::Renew { id, .. } => match n.copies.get(&id).cloned() {
-                Some(mut lease) => match block_on(store.renew(&mut lease)) {
-                    Ok(()) => {
-                        let lease = widen(lease);
-                        n.copies.insert(id.clone(), lease.clone());
-                        if let Some(&r) = n.running.get(&id) {
-                            let rec = &mut self.records[r];
-                            if now < rec.deadline_ms {
-                                rec.deadline_ms = rec.deadline_ms.max(lease.deadline_mono_ms);
-                            }
-                        }
-                        Answer::Lease(lease)
-                    }
-                    Err(e) => Answer::Failed(e),
-                },
-                None => Answer::Failed(Error::Lost { id }),
-            },
-            Op::Release { id } => match n.copies.get(&id) {
-                Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
-                None => Answer::Failed(Error::Lost { id }),
-            },
-            Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
-            Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
-            Op::OrphansPage { cutoff_ms, page_size, .. } => {
-                match block_on(store.orphans_page(cutoff_ms, page_size, None)) {
-                    Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
-                    Err(e) => Answer::Failed(e),
-                }
-            }
-            Op::Sessions => block_on(store.sessions(u64::MAX)).map_or_else(failed, Answer::Sessions),
-            Op::OwnedBy { owner } => block_on(store.owned_by(&owner)).map_or_else(failed, Answer::Owned),
-            Op::RetireSession { owner, epoch } => {
-                block_on(store.retire_session(&owner, epoch)).map_or_else(failed, |_| Answer::Done)
-            }
-            Op::CreateSession { previous } => {
-                block_on(store.create_session(&owner, previous)).map_or_else(failed, |mut s| {
-                    s.deadline_mono_ms += skew;
-                    Answer::Session(s)
-                })
-            }
-            Op::RenewSession { mut session, load, .. } => {
-                match block_on(store.renew_session_reporting(&mut session, load)) {
-                    Ok(()) => {
-                        session.deadline_mono_ms += skew;
-                        Answer::Session(session)
-                    }
-                    Err(e) => Answer::Failed(e),
-                }
-            }
-            Op::EndSession { session, load } => {
-                block_on(store.end_session_reporting(&session, load)).map_or_else(failed, |()| Answer::Done)
-            }
-            Op::DesiredStates { ids } => match block_on(store.batch_desired_states(&ids)) {
-                Ok(states) => Answer::DesiredStates(states.into_iter().collect()),
-                Err(e) => Answer::Failed(e),
-            },
+        let mut answer = execute(&store, &owner, &mut n.copies, request);
+        match &mut answer {
+            Answer::Lease(lease) => lease.deadline_mono_ms += skew,
+            Answer::Session(session) => session.deadline_mono_ms += skew,
+            _ => {}
         }
+        if let (Some(id), Answer::Lease(lease)) = (renewed, &answer) {
+            n.copies.insert(id.clone(), lease.clone());
+            if let Some(&r) = n.running.get(&id) {
+                let rec = &mut self.records[r];
+                if now < rec.deadline_ms {
+                    rec.deadline_ms = rec.deadline_ms.max(lease.deadline_mono_ms);
+                }
+            }
+        }
+        answer
     }
 
     /// A handler checkpoints its next sequence number under its fence, while it acts.

@@ -16,6 +16,137 @@ use super::{Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, Op, Se
 use crate::engine::decide::CancelReason;
 use crate::{orphan_shard_of, Clock, Error, Lease, LeaseStore, ManualClock, MemoryStore, TableConfig};
 
+/// The simulated hint queue (SQS as the workers use it): visible messages, those received and not
+/// settled (by receipt), and those made visible again later. The simulation and the fault
+/// explorer share it.
+#[derive(Debug, Default)]
+pub(crate) struct HintQueue {
+    visible: VecDeque<String>,
+    in_flight: BTreeMap<String, String>,
+    /// (visible at, body).
+    deferred: Vec<(u64, String)>,
+    receipts: u64,
+}
+
+impl HintQueue {
+    pub(crate) fn push(&mut self, body: String) {
+        self.visible.push_back(body);
+    }
+
+    pub(crate) fn any_visible(&self) -> bool {
+        !self.visible.is_empty()
+    }
+
+    /// Messages not received: visible, or deferred.
+    pub(crate) fn waiting(&self) -> usize {
+        self.visible.len() + self.deferred.len()
+    }
+
+    /// Messages deferred until `now` or before become visible, after those visible already.
+    pub(crate) fn surface(&mut self, now: u64) {
+        let (due, later): (Vec<_>, Vec<_>) = self.deferred.drain(..).partition(|(at, _)| *at <= now);
+        self.deferred = later;
+        self.visible.extend(due.into_iter().map(|(_, body)| body));
+    }
+
+    /// Takes up to `max` visible messages at `now`, each under a new receipt.
+    pub(crate) fn receive(&mut self, max: usize, now: u64) -> Vec<HintMessage> {
+        self.surface(now);
+        let mut received = Vec::new();
+        while received.len() < max {
+            let Some(body) = self.visible.pop_front() else { break };
+            self.receipts += 1;
+            let receipt = format!("r{}", self.receipts);
+            self.in_flight.insert(receipt.clone(), body.clone());
+            received.push(HintMessage { receipt, body: Some(body) });
+        }
+        received
+    }
+
+    /// Settles received messages: deleted, made visible again at `defer_until`, or given back
+    /// at once (at the end of the queue).
+    pub(crate) fn settle(&mut self, delete: Vec<String>, give_back: Vec<String>, defer: Vec<String>, defer_until: u64) {
+        for r in defer {
+            if let Some(body) = self.in_flight.remove(&r) {
+                self.deferred.push((defer_until, body));
+            }
+        }
+        for r in delete {
+            self.in_flight.remove(&r);
+        }
+        for r in give_back {
+            if let Some(body) = self.in_flight.remove(&r) {
+                self.visible.push_back(body);
+            }
+        }
+    }
+}
+
+/// Runs one engine request against the memory store, as a driver's executor does: a renewal or a
+/// release acts on the driver's copy of the lease (`copies`, which a renewal brings up to date),
+/// and a lease the driver no longer has answers `Lost`. The simulation and the fault explorer
+/// share it.
+pub(crate) fn execute(store: &MemoryStore, owner: &str, copies: &mut BTreeMap<String, Lease>, request: Op) -> Answer {
+    let failed = Answer::Failed;
+    match request {
+        Op::Claim { id, session: None, .. } => {
+            block_on(store.acquire_started(&id, owner)).map_or_else(failed, Answer::Lease)
+        }
+        Op::Claim { session: Some(s), listed: Some(l), .. } => {
+            block_on(store.claim_listed_in_session(&l.item, l.epoch, &s)).map_or_else(failed, Answer::Lease)
+        }
+        Op::Claim { id, session: Some(s), .. } => {
+            block_on(store.claim_in_session(&id, &s)).map_or_else(failed, Answer::Lease)
+        }
+        Op::Renew { id, .. } => match copies.get(&id).cloned() {
+            Some(mut lease) => match block_on(store.renew(&mut lease)) {
+                Ok(()) => {
+                    copies.insert(id, lease.clone());
+                    Answer::Lease(lease)
+                }
+                Err(e) => Answer::Failed(e),
+            },
+            None => Answer::Failed(Error::Lost { id }),
+        },
+        Op::Release { id } => match copies.get(&id) {
+            Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
+            None => Answer::Failed(Error::Lost { id }),
+        },
+        Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
+        Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
+        Op::OrphansPage { cutoff_ms, page_size, first_shard } => {
+            let page = match first_shard {
+                Some(first) => block_on(store.orphans_page_from(cutoff_ms, page_size, first)),
+                None => block_on(store.orphans_page(cutoff_ms, page_size, None)),
+            };
+            match page {
+                Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
+                Err(e) => Answer::Failed(e),
+            }
+        }
+        Op::Sessions => block_on(store.sessions(u64::MAX)).map_or_else(failed, Answer::Sessions),
+        Op::OwnedBy { owner } => block_on(store.owned_by(&owner)).map_or_else(failed, Answer::Owned),
+        Op::RetireSession { owner, epoch } => {
+            block_on(store.retire_session(&owner, epoch)).map_or_else(failed, |_| Answer::Done)
+        }
+        Op::CreateSession { previous } => {
+            block_on(store.create_session(owner, previous)).map_or_else(failed, Answer::Session)
+        }
+        Op::RenewSession { mut session, load, .. } => match block_on(store.renew_session_reporting(&mut session, load))
+        {
+            Ok(()) => Answer::Session(session),
+            Err(e) => Answer::Failed(e),
+        },
+        Op::EndSession { session, load } => {
+            block_on(store.end_session_reporting(&session, load)).map_or_else(failed, |()| Answer::Done)
+        }
+        Op::DesiredStates { ids } => match block_on(store.batch_desired_states(&ids)) {
+            Ok(states) => Answer::DesiredStates(states.into_iter().collect()),
+            Err(e) => Answer::Failed(e),
+        },
+    }
+}
+
 /// Runs a memory-store future to its end: the memory store never waits on anything.
 pub fn block_on<T>(future: impl Future<Output = T>) -> T {
     let mut future = std::pin::pin!(future);
@@ -115,7 +246,7 @@ pub struct Emitted {
 pub struct Node {
     pub engine: Engine,
     /// The driver's copies of the held leases.
-    copies: HashMap<String, Lease>,
+    copies: BTreeMap<String, Lease>,
     /// Handlers running, and whether each ignores its cancellation.
     running: HashMap<String, bool>,
     pub alive: bool,
@@ -197,12 +328,7 @@ pub struct Sim {
     /// Events waiting to be delivered and requests to send again: (time, order) → (worker, what).
     queue: BTreeMap<(u64, u64), (usize, Due)>,
     order: u64,
-    /// The hint queue: visible messages, and those received and not settled, by receipt.
-    hints: VecDeque<String>,
-    hints_in_flight: HashMap<String, String>,
-    /// Hints made visible again later: (visible at, body).
-    hints_deferred: Vec<(u64, String)>,
-    receipts: u64,
+    hints: HintQueue,
     /// Long polls of the hint queue waiting for a message (as SQS answers one as soon as a
     /// message arrives): token → (worker, most messages it takes).
     long_polls: BTreeMap<u64, (usize, usize)>,
@@ -240,10 +366,7 @@ impl Sim {
             behaviour: Behaviour::default(),
             queue: BTreeMap::new(),
             order: 0,
-            hints: VecDeque::new(),
-            hints_in_flight: HashMap::new(),
-            hints_deferred: Vec::new(),
-            receipts: 0,
+            hints: HintQueue::default(),
             long_polls: BTreeMap::new(),
             answering: Default::default(),
             holders: HashMap::new(),
@@ -267,7 +390,13 @@ impl Sim {
     /// Adds a worker; returns its index.
     pub fn spawn(&mut self, settings: Settings, seed: u64) -> usize {
         let engine = Engine::new(settings, self.store.config().clone(), seed, self.now());
-        self.nodes.push(Node { engine, copies: HashMap::new(), running: HashMap::new(), alive: true, finished: false });
+        self.nodes.push(Node {
+            engine,
+            copies: BTreeMap::new(),
+            running: HashMap::new(),
+            alive: true,
+            finished: false,
+        });
         let i = self.nodes.len() - 1;
         self.drain(i);
         i
@@ -299,14 +428,14 @@ impl Sim {
 
     /// Puts a hint message with `body` on the queue.
     pub fn hints_push(&mut self, body: String) {
-        self.hints.push_back(body);
+        self.hints.push(body);
         self.answer_long_polls();
     }
 
     /// Messages are visible: the oldest long poll waiting is answered one latency later with
     /// what is visible then (a burst of messages comes in one answer).
     fn answer_long_polls(&mut self) {
-        if self.hints.is_empty() {
+        if !self.hints.any_visible() {
             return;
         }
         let nodes = &self.nodes;
@@ -322,18 +451,7 @@ impl Sim {
     /// Takes up to `max` visible messages (those deferred until now first become visible).
     fn receive(&mut self, max: usize) -> Vec<HintMessage> {
         let now = self.clock.monotonic_ms();
-        let (due, later): (Vec<_>, Vec<_>) = self.hints_deferred.drain(..).partition(|(at, _)| *at <= now);
-        self.hints_deferred = later;
-        self.hints.extend(due.into_iter().map(|(_, body)| body));
-        let mut received = Vec::new();
-        while received.len() < max {
-            let Some(body) = self.hints.pop_front() else { break };
-            self.receipts += 1;
-            let receipt = format!("r{}", self.receipts);
-            self.hints_in_flight.insert(receipt.clone(), body.clone());
-            received.push(HintMessage { receipt, body: Some(body) });
-        }
-        received
+        self.hints.receive(max, now)
     }
 
     fn deliver(&mut self, worker: usize, event: Event) {
@@ -584,20 +702,7 @@ impl Sim {
                 }
             }
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
-                let at = self.clock.monotonic_ms() + defer_ms;
-                for r in defer {
-                    if let Some(body) = self.hints_in_flight.remove(&r) {
-                        self.hints_deferred.push((at, body));
-                    }
-                }
-                for r in delete {
-                    self.hints_in_flight.remove(&r);
-                }
-                for r in give_back {
-                    if let Some(body) = self.hints_in_flight.remove(&r) {
-                        self.hints.push_back(body);
-                    }
-                }
+                self.hints.settle(delete, give_back, defer, self.clock.monotonic_ms() + defer_ms);
                 self.answer_long_polls();
             }
             Command::SendHint { id } => self.send_hint(&id),
@@ -805,73 +910,13 @@ impl Sim {
     }
 
     fn answer(&mut self, worker: usize, request: Op) -> Answer {
-        let store = self.store.clone();
-        let owner = self.nodes[worker].engine.settings().worker_id.clone();
         *self.ops.entry(op_kind(&request)).or_default() += 1;
-        let failed = Answer::Failed;
-        let node = &mut self.nodes[worker];
-        match request {
-            Op::Claim { id, session: None, .. } => {
-                block_on(store.acquire_started(&id, &owner)).map_or_else(failed, Answer::Lease)
-            }
-            Op::Claim { session: Some(s), listed: Some(l), .. } => {
-                block_on(store.claim_listed_in_session(&l.item, l.epoch, &s)).map_or_else(failed, Answer::Lease)
-            }
-            Op::Claim { id, session: Some(s), .. } => {
-                block_on(store.claim_in_session(&id, &s)).map_or_else(failed, Answer::Lease)
-            }
-            Op::Renew { id, .. } => match node.copies.get(&id).cloned() {
-                Some(mut lease) => match block_on(store.renew(&mut lease)) {
-                    Ok(()) => {
-                        node.copies.insert(id, lease.clone());
-                        Answer::Lease(lease)
-                    }
-                    Err(e) => Answer::Failed(e),
-                },
-                None => Answer::Failed(Error::Lost { id }),
-            },
-            Op::Release { .. } if self.behaviour.failing_releases > 0 => {
-                self.behaviour.failing_releases -= 1;
-                Answer::Failed(Error::Throttled)
-            }
-            Op::Release { id } => match node.copies.get(&id) {
-                Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
-                None => Answer::Failed(Error::Lost { id }),
-            },
-            Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
-            Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
-            Op::OrphansPage { cutoff_ms, page_size, first_shard } => {
-                let page = match first_shard {
-                    Some(first) => block_on(store.orphans_page_from(cutoff_ms, page_size, first)),
-                    None => block_on(store.orphans_page(cutoff_ms, page_size, None)),
-                };
-                match page {
-                    Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
-                    Err(e) => Answer::Failed(e),
-                }
-            }
-            Op::Sessions => block_on(store.sessions(u64::MAX)).map_or_else(failed, Answer::Sessions),
-            Op::OwnedBy { owner } => block_on(store.owned_by(&owner)).map_or_else(failed, Answer::Owned),
-            Op::RetireSession { owner, epoch } => {
-                block_on(store.retire_session(&owner, epoch)).map_or_else(failed, |_| Answer::Done)
-            }
-            Op::CreateSession { previous } => {
-                block_on(store.create_session(&owner, previous)).map_or_else(failed, Answer::Session)
-            }
-            Op::RenewSession { mut session, load, .. } => {
-                match block_on(store.renew_session_reporting(&mut session, load)) {
-                    Ok(()) => Answer::Session(session),
-                    Err(e) => Answer::Failed(e),
-                }
-            }
-            Op::EndSession { session, load } => {
-                block_on(store.end_session_reporting(&session, load)).map_or_else(failed, |()| Answer::Done)
-            }
-            Op::DesiredStates { ids } => match block_on(store.batch_desired_states(&ids)) {
-                Ok(states) => Answer::DesiredStates(states.into_iter().collect()),
-                Err(e) => Answer::Failed(e),
-            },
+        if matches!(request, Op::Release { .. }) && self.behaviour.failing_releases > 0 {
+            self.behaviour.failing_releases -= 1;
+            return Answer::Failed(Error::Throttled);
         }
+        let owner = self.nodes[worker].engine.settings().worker_id.clone();
+        execute(&self.store, &owner, &mut self.nodes[worker].copies, request)
     }
 
     /// Ids whose item names `worker` as its owner now (per-item: unexpired; session: held
@@ -889,7 +934,7 @@ impl Sim {
 
     /// Hint messages waiting on the queue (visible).
     pub fn hints_waiting(&self) -> usize {
-        self.hints.len() + self.hints_deferred.len()
+        self.hints.waiting()
     }
 
     /// Whether every one of `ids` (distinct) runs on exactly one live worker.
