@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::sim::{block_on, execute, HintQueue};
+use super::sim::{block_on, execute_on, HintQueue};
 use super::{Answer, Command, Engine, Event, HandlerEnd, Now, Op, Settings};
 use crate::{Clock, Error, Lease, LeaseMode, LeaseStore, ManualClock, MemoryStore, SkewedClock, TableConfig};
 
@@ -1068,7 +1068,7 @@ impl Driver<'_> {
         };
         let now = self.mono();
         let n = &mut self.nodes[node];
-        let mut answer = execute(&store, &owner, &mut n.copies, request);
+        let mut answer = execute_on(&store, &owner, &mut n.copies, request);
         match &mut answer {
             Answer::Lease(lease) => lease.deadline_mono_ms += skew,
             Answer::Session(session) => session.deadline_mono_ms += skew,

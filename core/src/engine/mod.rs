@@ -19,6 +19,7 @@
 //! replayed by every driver.
 
 pub mod decide;
+mod execute;
 pub mod explore;
 pub mod sim;
 pub mod trace;
@@ -26,6 +27,8 @@ pub mod trace;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use tracing::{debug, info, warn};
+
+pub use execute::execute;
 
 use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
 use crate::{Error, Hint, Lease, LeaseItem, LeaseMode, Session, SessionItem, SessionLoad, TableConfig};

@@ -82,22 +82,17 @@ impl HintQueue {
     }
 }
 
-/// Runs one engine request against the memory store, as a driver's executor does: a renewal or a
+/// Runs one engine request against the memory store with [`super::execute`]; a renewal or a
 /// release acts on the driver's copy of the lease (`copies`, which a renewal brings up to date),
 /// and a lease the driver no longer has answers `Lost`. The simulation and the fault explorer
 /// share it.
-pub(crate) fn execute(store: &MemoryStore, owner: &str, copies: &mut BTreeMap<String, Lease>, request: Op) -> Answer {
-    let failed = Answer::Failed;
+pub(crate) fn execute_on(
+    store: &MemoryStore,
+    owner: &str,
+    copies: &mut BTreeMap<String, Lease>,
+    request: Op,
+) -> Answer {
     match request {
-        Op::Claim { id, session: None, .. } => {
-            block_on(store.acquire_started(&id, owner)).map_or_else(failed, Answer::Lease)
-        }
-        Op::Claim { session: Some(s), listed: Some(l), .. } => {
-            block_on(store.claim_listed_in_session(&l.item, l.epoch, &s)).map_or_else(failed, Answer::Lease)
-        }
-        Op::Claim { id, session: Some(s), .. } => {
-            block_on(store.claim_in_session(&id, &s)).map_or_else(failed, Answer::Lease)
-        }
         Op::Renew { id, .. } => match copies.get(&id).cloned() {
             Some(mut lease) => match block_on(store.renew(&mut lease)) {
                 Ok(()) => {
@@ -109,41 +104,10 @@ pub(crate) fn execute(store: &MemoryStore, owner: &str, copies: &mut BTreeMap<St
             None => Answer::Failed(Error::Lost { id }),
         },
         Op::Release { id } => match copies.get(&id) {
-            Some(lease) => block_on(store.release(lease)).map_or_else(failed, |()| Answer::Done),
+            Some(lease) => block_on(store.release(lease)).map_or_else(Answer::Failed, |()| Answer::Done),
             None => Answer::Failed(Error::Lost { id }),
         },
-        Op::ReleaseLease { lease } => block_on(store.release(&lease)).map_or_else(failed, |()| Answer::Done),
-        Op::Get { id } => block_on(store.get(&id)).map_or_else(failed, Answer::Item),
-        Op::OrphansPage { cutoff_ms, page_size, first_shard } => {
-            let page = match first_shard {
-                Some(first) => block_on(store.orphans_page_from(cutoff_ms, page_size, first)),
-                None => block_on(store.orphans_page(cutoff_ms, page_size, None)),
-            };
-            match page {
-                Ok(page) => Answer::Orphans { full: page.next.is_some(), items: page.items },
-                Err(e) => Answer::Failed(e),
-            }
-        }
-        Op::Sessions => block_on(store.sessions(u64::MAX)).map_or_else(failed, Answer::Sessions),
-        Op::OwnedBy { owner } => block_on(store.owned_by(&owner)).map_or_else(failed, Answer::Owned),
-        Op::RetireSession { owner, epoch } => {
-            block_on(store.retire_session(&owner, epoch)).map_or_else(failed, |_| Answer::Done)
-        }
-        Op::CreateSession { previous } => {
-            block_on(store.create_session(owner, previous)).map_or_else(failed, Answer::Session)
-        }
-        Op::RenewSession { mut session, load, .. } => match block_on(store.renew_session_reporting(&mut session, load))
-        {
-            Ok(()) => Answer::Session(session),
-            Err(e) => Answer::Failed(e),
-        },
-        Op::EndSession { session, load } => {
-            block_on(store.end_session_reporting(&session, load)).map_or_else(failed, |()| Answer::Done)
-        }
-        Op::DesiredStates { ids } => match block_on(store.batch_desired_states(&ids)) {
-            Ok(states) => Answer::DesiredStates(states.into_iter().collect()),
-            Err(e) => Answer::Failed(e),
-        },
+        request => block_on(super::execute(store, owner, request)),
     }
 }
 
@@ -916,7 +880,7 @@ impl Sim {
             return Answer::Failed(Error::Throttled);
         }
         let owner = self.nodes[worker].engine.settings().worker_id.clone();
-        execute(&self.store, &owner, &mut self.nodes[worker].copies, request)
+        execute_on(&self.store, &owner, &mut self.nodes[worker].copies, request)
     }
 
     /// Ids whose item names `worker` as its owner now (per-item: unexpired; session: held

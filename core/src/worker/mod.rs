@@ -765,21 +765,14 @@ impl Driver {
         self.held.insert(lease.id, Slot { held, abort });
     }
 
-    /// The store operation `request` as a future of its answer.
+    /// The store operation `request` as a future of its answer: [`engine::execute`], but for
+    /// the renewal and the release of a held lease, which act on its holder, and a session
+    /// renewal, which ends at its deadline.
     fn operation(&self, request: Op) -> BoxFuture<'static, Answer> {
         let store = self.store.clone();
         let owner = self.shared.id.clone();
         let answer = |r: Result<Answer>| r.unwrap_or_else(Answer::Failed);
         match request {
-            Op::Claim { id, session, listed } => async move {
-                let claimed = match (session, listed) {
-                    (None, _) => store.acquire_started(&id, &owner).await,
-                    (Some(session), None) => store.claim_in_session(&id, &session).await,
-                    (Some(session), Some(l)) => store.claim_listed_in_session(&l.item, l.epoch, &session).await,
-                };
-                answer(claimed.map(Answer::Lease))
-            }
-            .boxed(),
             Op::Renew { id, .. } => {
                 let held = self.held.get(&id).map(|s| s.held.clone());
                 async move {
@@ -798,44 +791,16 @@ impl Driver {
                 }
                 .boxed()
             }
-            Op::ReleaseLease { lease } => {
-                async move { answer(store.release(&lease).await.map(|()| Answer::Done)) }.boxed()
-            }
-            Op::Get { id } => async move { answer(store.get(&id).await.map(Answer::Item)) }.boxed(),
-            Op::OrphansPage { cutoff_ms, page_size, first_shard } => async move {
-                let page = match first_shard {
-                    Some(first) => store.orphans_page_from(cutoff_ms, page_size, first).await,
-                    None => store.orphans_page(cutoff_ms, page_size, None).await,
-                };
-                answer(page.map(|p| Answer::Orphans { full: p.next.is_some(), items: p.items }))
-            }
-            .boxed(),
-            Op::Sessions => async move { answer(store.sessions(u64::MAX).await.map(Answer::Sessions)) }.boxed(),
-            Op::OwnedBy { owner } => async move { answer(store.owned_by(&owner).await.map(Answer::Owned)) }.boxed(),
-            Op::RetireSession { owner, epoch } => {
-                async move { answer(store.retire_session(&owner, epoch).await.map(|_| Answer::Done)) }.boxed()
-            }
-            Op::CreateSession { previous } => {
-                async move { answer(store.create_session(&owner, previous).await.map(Answer::Session)) }.boxed()
-            }
-            Op::RenewSession { mut session, load, until_mono_ms } => async move {
+            Op::RenewSession { until_mono_ms, .. } => async move {
                 // Rule 2: nothing runs past the deadline, a renewal stuck in the network included.
                 let lost = Error::Lost { id: store.config().session_id(&owner) };
                 tokio::select! {
-                    renewed = store.renew_session_reporting(&mut session, load) => {
-                        answer(renewed.map(|()| Answer::Session(session)))
-                    }
+                    renewed = engine::execute(&*store, &owner, request) => renewed,
                     () = hold::sleep_until_mono(store.clock(), until_mono_ms) => Answer::Failed(lost),
                 }
             }
             .boxed(),
-            Op::EndSession { session, load } => {
-                async move { answer(store.end_session_reporting(&session, load).await.map(|()| Answer::Done)) }.boxed()
-            }
-            Op::DesiredStates { ids } => async move {
-                answer(store.batch_desired_states(&ids).await.map(|s| Answer::DesiredStates(s.into_iter().collect())))
-            }
-            .boxed(),
+            request => async move { engine::execute(&*store, &owner, request).await }.boxed(),
         }
     }
 }
