@@ -145,8 +145,9 @@ export LEASELOCK_BENCH_RESULTS
 # under -n (with -n passed on, so the sections print their commands), and no other line does.
 bench:
 	@mkdir -p target && date +%s > target/bench-started
+	bench/tree-state.sh > target/bench-tree.json
 	rm -f bench/results/latest.json
-	echo "{\"bench_commit\": \"$$(git rev-parse --short HEAD)\", \"bench_tree_clean\": $$(test -z "$$(git status --porcelain --untracked-files=no)" && echo true || echo false)}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
+	LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py < target/bench-tree.json
 	$(MAKE) --no-print-directory bench-sections LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS)
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report

@@ -45,5 +45,23 @@ check "figures without a full run's commit leave the README's headline alone" '[
 check "a full run's figures make the headline, naming its commit" '[[ "$out" == *"full: True"* ]]'
 check "a run on a tree with uncommitted changes says so" '[[ "$out" == *"dirty: abc1234, with uncommitted changes"* ]]'
 
+# The tree's state is read before the run deletes its last figures (a deleted latest.json made
+# every full run say "with uncommitted changes"), and what a run writes does not count.
+order="$(make -n bench | grep -n -e 'bench/tree-state.sh' -e 'rm -f bench/results/latest.json' | cut -d: -f2 | tr '\n' ' ')"
+check "make bench reads the tree's state before it deletes the last figures" '[[ "$order" == "bench/tree-state.sh > target/bench-tree.json rm -f bench/results/latest.json " ]]'
+repo="$scratch/repo"
+mkdir -p "$repo/bench/results" "$repo/core"
+cp bench/tree-state.sh "$repo/bench/"
+for f in bench/results/latest.json bench/REPORT.md bench/cpu.png README.md core/lib.rs; do echo one >"$repo/$f"; done
+git -C "$repo" init -q && git -C "$repo" add -A && git -C "$repo" -c user.name=t -c user.email=t@t commit -qm one
+for f in bench/results/latest.json bench/REPORT.md bench/cpu.png README.md; do echo two >"$repo/$f"; done
+state_outputs="$("$repo/bench/tree-state.sh")"
+rm "$repo/bench/results/latest.json"
+state_deleted="$("$repo/bench/tree-state.sh")"
+echo two >"$repo/core/lib.rs"
+state_code="$("$repo/bench/tree-state.sh")"
+check "a tree whose only changes are the last run's figures is clean" '[[ "$state_outputs" == *"\"bench_tree_clean\": true}" && "$state_deleted" == *"true}" ]]'
+check "a tree with a changed source file is not" '[[ "$state_code" == *"\"bench_tree_clean\": false}" ]]'
+
 echo "bench plumbing: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
