@@ -498,7 +498,9 @@ def explore_section(ex: Dict[str, Any] | None) -> str:
     w(f"| slowest recovery after a storm's end | {fmt(ex.get('max_recovery_ms'))} ms |")
     for name, b in sorted((ex.get("broken") or {}).items()):
         label = {"index-lag": "index-lag fix off (the engines trust an empty owner listing at once)",
-                 "rule2": "rule 2 off (owners act until their expiry)"}.get(name, name)
+                 "rule2": "rule 2 off (owners act until their expiry)",
+                 "fence": "fences off (every claim answers the first fence)",
+                 "stop": "STOP unheard (every desired-state check answers STARTED)"}.get(name, name)
         if b.get("seed") is None:
             w(f"| broken engine: {label} | not caught |")
         else:

@@ -92,6 +92,12 @@ pub enum Broken {
     /// Rule 2 off: every deadline the driver hands the engine is the expiry's, the skew not
     /// subtracted (the owner acts until its lease expires by its own clock).
     NoRule2,
+    /// Fences off: every claim answers the first fence, as a store that does not count takeovers
+    /// would, so a new owner cannot be told from the one before it.
+    FenceNotBumped,
+    /// STOP unheard: every desired-state check answers STARTED (session mode, where those checks
+    /// are how a STOP reaches a held connection).
+    StopIgnored,
 }
 
 impl Broken {
@@ -100,6 +106,8 @@ impl Broken {
             "none" => Some(Broken::None),
             "index-lag" => Some(Broken::IndexLagTrusted),
             "rule2" => Some(Broken::NoRule2),
+            "fence" => Some(Broken::FenceNotBumped),
+            "stop" => Some(Broken::StopIgnored),
             _ => None,
         }
     }
@@ -200,7 +208,8 @@ impl Scenario {
         // the real engine and to a broken one (the index-lag knob needs session mode and a
         // lagging owner index: it sets them after the draws).
         let session = r.one_in(2);
-        let mode = if broken == Broken::IndexLagTrusted || session { LeaseMode::Session } else { LeaseMode::PerItem };
+        let session_only = matches!(broken, Broken::IndexLagTrusted | Broken::StopIgnored);
+        let mode = if session_only || session { LeaseMode::Session } else { LeaseMode::PerItem };
         let (lease_ms, renew_ms, skew_ms) = if r.one_in(3) { (20_000, 5_000, 1_000) } else { (3_000, 1_000, 500) };
         let workers = r.range(2, 4) as usize;
         let work = r.range(2, 12) as usize;
@@ -1066,12 +1075,21 @@ impl Driver<'_> {
             Op::Renew { id, .. } => Some(id.clone()),
             _ => None,
         };
+        let claim = matches!(request, Op::Claim { .. });
         let now = self.mono();
         let n = &mut self.nodes[node];
         let mut answer = execute_on(&store, &owner, &mut n.copies, request);
         match &mut answer {
-            Answer::Lease(lease) => lease.deadline_mono_ms += skew,
+            Answer::Lease(lease) => {
+                lease.deadline_mono_ms += skew;
+                if claim && self.s.broken == Broken::FenceNotBumped {
+                    lease.fence = 1;
+                }
+            }
             Answer::Session(session) => session.deadline_mono_ms += skew,
+            Answer::DesiredStates(states) if self.s.broken == Broken::StopIgnored => {
+                states.values_mut().for_each(|s| *s = Some(crate::DesiredState::Started));
+            }
             _ => {}
         }
         if let (Some(id), Answer::Lease(lease)) = (renewed, &answer) {
@@ -1372,6 +1390,30 @@ mod tests {
             assert_eq!(run(&full.prefix(n)).violation, None, "prefix {n} of seed {seed}");
         }
         eprintln!("rule 2 off: found at seed {seed} after {:?} seeds: {}\n{shrunk}", sum.seeds_to_failure, v.what);
+    }
+
+    /// With claims answering the first fence whatever the item's, a takeover's handler cannot be
+    /// told from its predecessor's: the fence check on the handlers' records catches it.
+    #[test]
+    fn the_explorer_finds_a_fence_that_does_not_grow_with_fences_off() {
+        let sum = explore(0, 1_000, Broken::FenceNotBumped, 12, true);
+        let (seed, shrunk, v) = sum.failure.clone().expect("found");
+        assert!(v.what.contains("started on") && v.what.contains("after one with fence"), "{}", v.what);
+        assert_eq!(run(&shrunk).violation, Some(v.clone()));
+        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
+        eprintln!("fences off: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+    }
+
+    /// With every desired-state check answering STARTED, a STOP never reaches a session worker's
+    /// handler: the check that STOPPED work stops within a desired-state interval catches it.
+    #[test]
+    fn the_explorer_finds_stopped_work_still_running_with_stop_unheard() {
+        let sum = explore(0, 1_000, Broken::StopIgnored, 12, true);
+        let (seed, shrunk, v) = sum.failure.clone().expect("found");
+        assert!(v.what.contains("is STOPPED and still runs"), "{}", v.what);
+        assert_eq!(run(&shrunk).violation, Some(v.clone()));
+        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
+        eprintln!("stop unheard: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
     }
 
     /// Found by the explorer (seed 20): a worker paused while its claim's answer was on its way
