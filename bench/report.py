@@ -500,7 +500,9 @@ def explore_section(ex: Dict[str, Any] | None) -> str:
         label = {"index-lag": "index-lag fix off (the engines trust an empty owner listing at once)",
                  "rule2": "rule 2 off (owners act until their expiry)",
                  "fence": "fences off (every claim answers the first fence)",
-                 "stop": "STOP unheard (every desired-state check answers STARTED)"}.get(name, name)
+                 "stop": "STOP unheard (every desired-state check answers STARTED)",
+                 "deadline": "deadlines ignored (a held-back renewal sent up to a lease late)",
+                 "cover": "session cover off (a session's handlers act until cancelled)"}.get(name, name)
         if b.get("seed") is None:
             w(f"| broken engine: {label} | not caught |")
         else:

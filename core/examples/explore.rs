@@ -1,7 +1,7 @@
 //! The fault explorer (`leaselock::engine::explore`) over a range of seeds.
 //!
 //! ```text
-//! explore [--first S] [--seeds N | --faults F] [--threads T] [--max-faults K] [--broken none|index-lag|rule2|fence|stop] [--json]
+//! explore [--first S] [--seeds N | --faults F] [--threads T] [--max-faults K] [--broken none|index-lag|rule2|fence|stop|deadline|cover] [--json]
 //! explore --seed S [--prefix K] [--broken ...]     replay one seed (its first K faults), printing it
 //! ```
 //!
@@ -30,6 +30,8 @@ fn name(broken: Broken) -> &'static str {
         Broken::NoRule2 => "rule2",
         Broken::FenceNotBumped => "fence",
         Broken::StopIgnored => "stop",
+        Broken::DeadlineIgnored => "deadline",
+        Broken::SessionCoverOff => "cover",
     }
 }
 
@@ -37,8 +39,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let num = |name: &str| arg(name).map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name}: a number")));
-    let broken = arg("--broken")
-        .map_or(Broken::None, |b| Broken::parse(&b).expect("--broken: none, index-lag, rule2, fence or stop"));
+    let broken = arg("--broken").map_or(Broken::None, |b| {
+        Broken::parse(&b).expect("--broken: none, index-lag, rule2, fence, stop, deadline or cover")
+    });
     let max_faults = num("--max-faults").unwrap_or(12) as usize;
     if let Some(seed) = num("--seed") {
         let mut s = Scenario::from_seed(seed, broken, max_faults);
@@ -140,7 +143,14 @@ fn main() {
         // Each broken engine, from the same first seed: how many seeds until it is caught.
         if broken == Broken::None {
             let mut caught = serde_json::Map::new();
-            for b in [Broken::IndexLagTrusted, Broken::NoRule2, Broken::FenceNotBumped, Broken::StopIgnored] {
+            for b in [
+                Broken::IndexLagTrusted,
+                Broken::NoRule2,
+                Broken::FenceNotBumped,
+                Broken::StopIgnored,
+                Broken::DeadlineIgnored,
+                Broken::SessionCoverOff,
+            ] {
                 let s = explore(first, 10_000, b, max_faults, true);
                 caught.insert(
                     name(b).into(),

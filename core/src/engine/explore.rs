@@ -81,6 +81,9 @@ impl Rng {
     }
 }
 
+/// A handler deadline that never comes (the session-cover-off engine's).
+const UNCOVERED_MS: u64 = u64::MAX / 4;
+
 /// An engine broken on purpose, to show that the invariants catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Broken {
@@ -98,6 +101,12 @@ pub enum Broken {
     /// STOP unheard: every desired-state check answers STARTED (session mode, where those checks
     /// are how a STOP reaches a held connection).
     StopIgnored,
+    /// Deadlines ignored by the driver: a renewal held back (throttled) is sent up to a lease
+    /// after its deadline instead of given up at it.
+    DeadlineIgnored,
+    /// Session cover off: a session-mode handler's deadline is not its session's (it acts until
+    /// it is cancelled, a lost session's included).
+    SessionCoverOff,
 }
 
 impl Broken {
@@ -108,6 +117,8 @@ impl Broken {
             "rule2" => Some(Broken::NoRule2),
             "fence" => Some(Broken::FenceNotBumped),
             "stop" => Some(Broken::StopIgnored),
+            "deadline" => Some(Broken::DeadlineIgnored),
+            "cover" => Some(Broken::SessionCoverOff),
             _ => None,
         }
     }
@@ -208,7 +219,7 @@ impl Scenario {
         // the real engine and to a broken one (the index-lag knob needs session mode and a
         // lagging owner index: it sets them after the draws).
         let session = r.one_in(2);
-        let session_only = matches!(broken, Broken::IndexLagTrusted | Broken::StopIgnored);
+        let session_only = matches!(broken, Broken::IndexLagTrusted | Broken::StopIgnored | Broken::SessionCoverOff);
         let mode = if session_only || session { LeaseMode::Session } else { LeaseMode::PerItem };
         let (lease_ms, renew_ms, skew_ms) = if r.one_in(3) { (20_000, 5_000, 1_000) } else { (3_000, 1_000, 500) };
         let workers = r.range(2, 4) as usize;
@@ -888,24 +899,15 @@ impl Driver<'_> {
     fn execute(&mut self, node: usize, command: Command) {
         match command {
             Command::Run { op, request } => {
-                // A holder sends nothing for a lease (or a session) past its deadline.
-                if let Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } = &request {
-                    if self.mono() >= *until_mono_ms {
-                        let what = format!(
-                            "w{} sent {} at {} ms, past its deadline {until_mono_ms}",
-                            self.nodes[node].slot,
-                            if matches!(request, Op::Renew { .. }) { "a renewal" } else { "a session renewal" },
-                            self.mono()
-                        );
-                        self.fail(what);
-                    }
-                }
                 let until_ms = self.budget_end(&request);
                 self.send(node, op, request, until_ms);
             }
             Command::StartHandler { mut lease } => {
                 if self.s.broken == Broken::NoRule2 {
                     lease.deadline_mono_ms += self.s.skew_ms;
+                }
+                if self.s.broken == Broken::SessionCoverOff {
+                    lease.deadline_mono_ms = UNCOVERED_MS;
                 }
                 self.out.handlers_started += 1;
                 let id = lease.id.clone();
@@ -953,6 +955,9 @@ impl Driver<'_> {
             Command::SetDeadline { id, mut deadline_mono_ms } => {
                 if self.s.broken == Broken::NoRule2 {
                     deadline_mono_ms += self.s.skew_ms;
+                }
+                if self.s.broken == Broken::SessionCoverOff {
+                    deadline_mono_ms = UNCOVERED_MS;
                 }
                 let now = self.mono();
                 if let Some(copy) = self.nodes[node].copies.get_mut(&id) {
@@ -1009,6 +1014,11 @@ impl Driver<'_> {
     fn budget_end(&self, request: &Op) -> u64 {
         let now = self.mono();
         match request {
+            Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. }
+                if self.s.broken == Broken::DeadlineIgnored =>
+            {
+                *until_mono_ms + self.s.lease_ms
+            }
             Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } => *until_mono_ms,
             Op::Claim { .. }
             | Op::Release { .. }
@@ -1024,6 +1034,17 @@ impl Driver<'_> {
     /// latency (as a timeout when the worker's writes are answered ambiguously).
     fn send(&mut self, node: usize, op: u64, request: Op, until_ms: u64) {
         let now = self.mono();
+        // A holder sends nothing for a lease (or a session) past its deadline, held back or not.
+        if let Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } = &request {
+            if now >= *until_mono_ms {
+                let what = format!(
+                    "w{} sent {} at {now} ms, past its deadline {until_mono_ms}",
+                    self.nodes[node].slot,
+                    if matches!(request, Op::Renew { .. }) { "a renewal" } else { "a session renewal" },
+                );
+                self.fail(what);
+            }
+        }
         let throttled = self.nodes[node].throttle_until;
         if throttled > now {
             if throttled + LATENCY_MS <= until_ms {
@@ -1414,6 +1435,30 @@ mod tests {
         assert_eq!(run(&shrunk).violation, Some(v.clone()));
         assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
         eprintln!("stop unheard: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+    }
+
+    /// With renewals held back past their deadline (a throttled one sent up to a lease late), a
+    /// holder has a request in flight after it should have stopped: the send check catches it.
+    #[test]
+    fn the_explorer_finds_a_renewal_sent_past_its_deadline_with_deadlines_ignored() {
+        let sum = explore(0, 2_000, Broken::DeadlineIgnored, 12, true);
+        let (seed, shrunk, v) = sum.failure.clone().expect("found");
+        assert!(v.what.contains("past its deadline"), "{}", v.what);
+        assert_eq!(run(&shrunk).violation, Some(v.clone()));
+        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
+        eprintln!("deadlines ignored: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+    }
+
+    /// With the session cover off, a handler under a session that was lost acts on until it is
+    /// cancelled, beside the worker that took its connection over.
+    #[test]
+    fn the_explorer_finds_two_owners_acting_at_once_with_the_session_cover_off() {
+        let sum = explore(0, 2_000, Broken::SessionCoverOff, 12, true);
+        let (seed, shrunk, v) = sum.failure.clone().expect("found");
+        assert!(v.what.contains("act at once"), "{}", v.what);
+        assert_eq!(run(&shrunk).violation, Some(v.clone()));
+        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
+        eprintln!("session cover off: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
     }
 
     /// Found by the explorer (seed 20): a worker paused while its claim's answer was on its way
