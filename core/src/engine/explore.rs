@@ -1337,9 +1337,9 @@ pub fn explore(first: u64, seeds: u64, broken: Broken, max_faults: usize, stop: 
 mod tests {
     use super::*;
 
-    /// The seeds `make test` runs against the real engine, on two threads (about 20 s in a
+    /// The seeds `make test` runs against the real engine, on two threads (about 40 s in a
     /// debug build).
-    const SEEDS: u64 = 1_500;
+    const SEEDS: u64 = 3_000;
 
     #[test]
     fn a_seed_replays_bit_for_bit() {
