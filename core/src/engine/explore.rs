@@ -1374,24 +1374,31 @@ mod tests {
         eprintln!("{} seeds, {} faults judged, 0 violations", sum.seeds, sum.faults);
     }
 
+    /// Explores from seed 0 with `broken` until it is caught (within `seeds`), with a violation
+    /// that says `says`. The shrunk storm fails on its own, the same way every time, and the
+    /// real engine (`fixed`) keeps every invariant through the same fleet and storm.
+    fn caught(broken: Broken, seeds: u64, says: &str, fixed: impl Fn(&Scenario) -> Scenario) -> (u64, Scenario) {
+        let sum = explore(0, seeds, broken, 12, true);
+        let (seed, shrunk, v) = sum.failure.clone().unwrap_or_else(|| panic!("{broken:?} not caught in {seeds} seeds"));
+        assert!(v.what.contains(says), "{}", v.what);
+        assert_eq!(run(&shrunk).violation, Some(v.clone()));
+        assert_eq!(run(&fixed(&shrunk)).violation, None);
+        eprintln!("{broken:?}: found at seed {seed} after {:?} seeds: {}\n{shrunk}", sum.seeds_to_failure, v.what);
+        (seed, shrunk)
+    }
+
+    fn the_real_engine(s: &Scenario) -> Scenario {
+        Scenario { broken: Broken::None, ..s.clone() }
+    }
+
     /// With the lagging-owner-index fix off, a dead session is retired from an empty listing
     /// sent before the index listed its last claims: that work is stranded. Random seeds find it.
     #[test]
     fn the_explorer_finds_the_strand_by_index_lag_with_the_fix_off() {
-        let sum = explore(0, 1_000, Broken::IndexLagTrusted, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("the strand is found");
-        assert!(v.what.contains("has run on no live worker"), "{}", v.what);
-        // The shrunk prefix fails on its own, the same way every time, and with the fix on the
-        // same fleet and storm keep every invariant.
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(
-            run(&Scenario { broken: Broken::None, index_lag_setting_ms: 10_000, ..shrunk.clone() }).violation,
-            None
-        );
-        eprintln!(
-            "index-lag fix off: found at seed {seed} after {:?} seeds: {}\n{shrunk}",
-            sum.seeds_to_failure, v.what
-        );
+        caught(Broken::IndexLagTrusted, 1_000, "has run on no live worker", |s| Scenario {
+            index_lag_setting_ms: 10_000,
+            ..the_real_engine(s)
+        });
     }
 
     /// With rule 2 off (an owner acts until its expiry, not a skew before it) and clocks up to
@@ -1399,66 +1406,41 @@ mod tests {
     /// shortest failing prefix.
     #[test]
     fn the_explorer_finds_two_owners_acting_at_once_with_rule_2_off() {
-        let sum = explore(0, 1_000, Broken::NoRule2, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("found");
-        assert!(v.what.contains("act at once"), "{}", v.what);
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
+        let (seed, shrunk) = caught(Broken::NoRule2, 1_000, "act at once", the_real_engine);
         // The shrunk storm is the shortest failing prefix of the seed's: every shorter one passes.
         let full = Scenario::from_seed(seed, Broken::NoRule2, 12);
         assert_eq!(shrunk.faults[..], full.faults[..shrunk.faults.len()]);
         for n in 0..shrunk.faults.len() {
             assert_eq!(run(&full.prefix(n)).violation, None, "prefix {n} of seed {seed}");
         }
-        eprintln!("rule 2 off: found at seed {seed} after {:?} seeds: {}\n{shrunk}", sum.seeds_to_failure, v.what);
     }
 
     /// With claims answering the first fence whatever the item's, a takeover's handler cannot be
     /// told from its predecessor's: the fence check on the handlers' records catches it.
     #[test]
     fn the_explorer_finds_a_fence_that_does_not_grow_with_fences_off() {
-        let sum = explore(0, 1_000, Broken::FenceNotBumped, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("found");
-        assert!(v.what.contains("started on") && v.what.contains("after one with fence"), "{}", v.what);
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
-        eprintln!("fences off: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+        caught(Broken::FenceNotBumped, 1_000, "after one with fence", the_real_engine);
     }
 
     /// With every desired-state check answering STARTED, a STOP never reaches a session worker's
     /// handler: the check that STOPPED work stops within a desired-state interval catches it.
     #[test]
     fn the_explorer_finds_stopped_work_still_running_with_stop_unheard() {
-        let sum = explore(0, 1_000, Broken::StopIgnored, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("found");
-        assert!(v.what.contains("is STOPPED and still runs"), "{}", v.what);
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
-        eprintln!("stop unheard: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+        caught(Broken::StopIgnored, 1_000, "is STOPPED and still runs", the_real_engine);
     }
 
     /// With renewals held back past their deadline (a throttled one sent up to a lease late), a
     /// holder has a request in flight after it should have stopped: the send check catches it.
     #[test]
     fn the_explorer_finds_a_renewal_sent_past_its_deadline_with_deadlines_ignored() {
-        let sum = explore(0, 2_000, Broken::DeadlineIgnored, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("found");
-        assert!(v.what.contains("past its deadline"), "{}", v.what);
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
-        eprintln!("deadlines ignored: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+        caught(Broken::DeadlineIgnored, 2_000, "past its deadline", the_real_engine);
     }
 
     /// With the session cover off, a handler under a session that was lost acts on until it is
     /// cancelled, beside the worker that took its connection over.
     #[test]
     fn the_explorer_finds_two_owners_acting_at_once_with_the_session_cover_off() {
-        let sum = explore(0, 2_000, Broken::SessionCoverOff, 12, true);
-        let (seed, shrunk, v) = sum.failure.clone().expect("found");
-        assert!(v.what.contains("act at once"), "{}", v.what);
-        assert_eq!(run(&shrunk).violation, Some(v.clone()));
-        assert_eq!(run(&Scenario { broken: Broken::None, ..shrunk.clone() }).violation, None);
-        eprintln!("session cover off: found at seed {seed} after {:?} seeds: {}", sum.seeds_to_failure, v.what);
+        caught(Broken::SessionCoverOff, 2_000, "act at once", the_real_engine);
     }
 
     /// Found by the explorer (seed 20): a worker paused while its claim's answer was on its way
