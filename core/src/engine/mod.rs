@@ -1951,14 +1951,24 @@ impl Engine {
         batch.messages.extend(messages);
         // A round about to read the fleet sets the limit anyway: no read of the sessions of
         // its own (every worker a deploy's hints reach reads them at once).
-        if !self.below_claim_limit() && !self.stopping && !batch.refreshed && batch.round_wait.is_none() {
-            batch.refreshed = true;
-            self.run(Op::Sessions, Pending::RefreshLimit);
-            batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
+        if batch.round_wait.is_none() {
+            self.refresh_limit(&mut batch);
         }
         self.hint_batch = Some(batch);
         // The next poll opens once the batch is settled, or after the overlap if it is not.
         self.hints = next(self, self.now.mono_ms + HINT_POLL_OVERLAP_MS);
+    }
+
+    /// A batch at the claim limit reads the sessions once to set the limit again (its claims
+    /// wait for the answer, at most one orphan interval); says whether it did.
+    fn refresh_limit(&mut self, batch: &mut HintBatch) -> bool {
+        if self.below_claim_limit() || self.stopping || batch.refreshed {
+            return false;
+        }
+        batch.refreshed = true;
+        self.run(Op::Sessions, Pending::RefreshLimit);
+        batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
+        true
     }
 
     /// Hints received and waiting for a claim.
@@ -2007,10 +2017,7 @@ impl Engine {
             batch.round_wait = None;
             // The round was not in time to set the limit (its queries are slow, or it read
             // nothing new): the batch reads the sessions itself, as one with no round ahead does.
-            if !self.below_claim_limit() && !self.stopping && !batch.refreshed {
-                batch.refreshed = true;
-                self.run(Op::Sessions, Pending::RefreshLimit);
-                batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
+            if self.refresh_limit(&mut batch) {
                 self.hint_batch = Some(batch);
                 return;
             }
