@@ -102,6 +102,21 @@ impl Keeper {
         self.deadline_mono_ms = self.deadline_mono_ms.max(deadline_mono_ms);
     }
 
+    /// Brings the first renewal after a claim at `now_mono_ms` forward to a point spread over the
+    /// renew interval by `phase` in [0, 1) (never later than it was). Renewals keep the phase of
+    /// the claim they follow: claims that came in a burst (a cold start paced by a partition's
+    /// write budget) would renew in the same burst every interval, and a sharded orphan index
+    /// partition that took the claims at its limit would take their renewals at it for good.
+    /// Spread, each partition value takes its leases' renewals evenly over the interval.
+    pub fn spread_first_renewal(&mut self, now_mono_ms: u64, phase: f64) {
+        if self.next_renew_mono_ms == u64::MAX || self.next_renew_mono_ms <= now_mono_ms {
+            return;
+        }
+        let span = self.next_renew_mono_ms - now_mono_ms;
+        let at = now_mono_ms + 1 + (phase.clamp(0.0, 1.0) * (span - 1) as f64) as u64;
+        self.next_renew_mono_ms = self.next_renew_mono_ms.min(at);
+    }
+
     /// Rule 2: the holder may act only before its deadline.
     pub fn may_act(&self, now_mono_ms: u64) -> bool {
         now_mono_ms < self.deadline_mono_ms
@@ -192,6 +207,30 @@ mod tests {
         assert_eq!(k.poll(10_010), Wake::SleepUntil(15_000));
         assert_eq!(k.poll(29_000), Wake::Deadline);
         assert!(!k.may_act(29_000) && k.may_act(28_999));
+    }
+
+    #[test]
+    fn the_first_renewal_is_spread_over_the_interval_and_never_later() {
+        let c = cfg();
+        let due = Keeper::new(&lease(0, None), Upkeep::Renew, &c).next_renew_mono_ms;
+        let at = |phase: f64| {
+            let mut k = Keeper::new(&lease(0, None), Upkeep::Renew, &c);
+            k.spread_first_renewal(0, phase);
+            assert!(k.next_renew_mono_ms <= due && k.next_renew_mono_ms >= 1, "{phase}");
+            k.next_renew_mono_ms
+        };
+        assert_eq!(at(0.0), 1);
+        assert!(at(0.999_999) >= due - 1);
+        // Evenly spread: a tenth of the phases land in each tenth of the interval.
+        let mut tenths = [0usize; 10];
+        for i in 0..1_000 {
+            tenths[(at(f64::from(i) / 1_000.0) * 10 / due).min(9) as usize] += 1;
+        }
+        assert!(tenths.iter().all(|n| (95..=105).contains(n)), "{tenths:?}");
+        // A watched lease (session mode) has no renewal to move.
+        let mut w = Keeper::new(&lease(0, None), Upkeep::Watch, &c);
+        w.spread_first_renewal(0, 0.5);
+        assert!(matches!(w.poll(1), Wake::SleepUntil(_)));
     }
 
     #[test]

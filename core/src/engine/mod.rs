@@ -586,6 +586,9 @@ struct OrphanRound {
     /// When the dead sessions' work (and ours of earlier epochs, with `listed_own`) was listed.
     listed_at: Option<Now>,
     listed_own: bool,
+    /// The takeovers of the wave in flight: taken, and refused by their items' conditions.
+    wave_taken: usize,
+    wave_refused: usize,
 }
 
 #[derive(Debug)]
@@ -1219,6 +1222,10 @@ impl Engine {
         };
         let upkeep = if self.session_mode() { Upkeep::Watch } else { Upkeep::Renew };
         let mut keeper = Keeper::new(&lease, upkeep, &self.config);
+        // The phase comes from the connection and its fence, not the random source: the same
+        // claim renews at the same point whoever replays it.
+        let phase = crate::config::mixed_hash(id.bytes().chain(lease.fence.to_le_bytes())) as f64 / u64::MAX as f64;
+        keeper.spread_first_renewal(self.now.mono_ms, phase);
         let fence = lease.fence;
         let order = self.claims;
         self.claims += 1;
@@ -1818,6 +1825,21 @@ impl Engine {
             ClaimFrom::Poll => {
                 let PollPhase::Claims(round) = &mut self.poll else { return };
                 round.in_flight -= 1;
+                if source == Source::DeadSession {
+                    round.wave_taken += usize::from(outcome == Claim::Claimed);
+                    round.wave_refused += usize::from(outcome == Claim::Conflict);
+                    if round.in_flight == 0 {
+                        if decide::takeover_wave_was_lost(round.wave_taken, round.wave_refused) {
+                            // Every takeover of the wave was refused: the survivors are taking
+                            // the dead session's work faster than this list ages. Going on
+                            // down it would mostly collide with them (each refusal a write to
+                            // the item, each wave a check of the one dead session's item); what
+                            // is still unclaimed is listed again at the next round.
+                            round.queue.retain(|(_, s)| *s != Source::DeadSession);
+                        }
+                        (round.wave_taken, round.wave_refused) = (0, 0);
+                    }
+                }
                 if outcome == Claim::Claimed {
                     match source {
                         Source::ReclaimOwn => {
