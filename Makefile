@@ -63,7 +63,7 @@ test-infra:
 	infra/test.sh
 
 # The Python binding, built (debug, the workspace's target dir) into .venv: its tests against the
-# local engine, the stubs against the native module, the README's examples, the example worker.
+# local engine, the stubs against the native module, the manual's samples, the example worker.
 test-python:
 	scripts/python-binding.sh
 	scripts/with-services.sh .venv/bin/python -m pytest -q bindings/python/tests

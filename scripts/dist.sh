@@ -2,9 +2,9 @@
 # make dist: what a release would publish, into dist/, each checked the way its registry checks it.
 #   - Python: the sdist and the abi3 wheel for manylinux2014 (zig links against glibc 2.17),
 #     `twine check`, then the wheel installed into a scratch venv (no Rust toolchain on PATH) and
-#     the README's first Python example run there twice against the local engine;
-#   - Node: `npm pack` of bindings/wasm, installed into a scratch npm project, the README's Node
-#     example run there twice (scripts/npm-pack-check.sh);
+#     the first Python sample of the manual's API page run there twice against the local engine;
+#   - Node: `npm pack` of bindings/wasm, installed into a scratch npm project, the API page's Node
+#     sample run there twice (scripts/npm-pack-check.sh);
 #   - Rust: `cargo package` of the leaselock crate, `cargo publish --dry-run` of it and the CLI.
 # Every version comes from [workspace.package] in Cargo.toml; the ones that cannot read it are
 # checked against it first. Run under scripts/with-services.sh (the Makefile does).
@@ -38,7 +38,8 @@ check="$(mktemp -d)"
 trap 'rm -rf "$check"' EXIT
 python3 -m venv "$check/venv"
 path="$(tr ':' '\n' <<<"$PATH" | grep -v -e '\.cargo' -e '\.rustup' -e "$root/.venv" | paste -sd: -)"
-awk '/^## Python$/ { py = 1 } py && /^```python$/ { code = 1; next } code && /^```$/ { exit } code { print }' README.md \
+awk '/^## Python$/ { py = 1 } py && /^```python$/ { code = 1; next } code && /^```$/ { exit } code { print }' \
+  docs/src/api-reference.md \
   | sed "s/\"leases\"/\"dist-check-$$\"/" >"$check/quickstart.py"
 (
   export PATH="$path"
@@ -49,7 +50,7 @@ awk '/^## Python$/ { py = 1 } py && /^```python$/ { code = 1; next } code && /^`
   for run in 1 2; do
     venv/bin/python quickstart.py >/dev/null
   done
-  echo "dist: the wheel installs into a scratch venv and the README example runs there twice"
+  echo "dist: the wheel installs into a scratch venv and the manual's Python sample runs there twice"
 )
 
 # --- Node

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs bindings/wasm with `npm pack` (into DEST, default a scratch directory), installs the
-# tarball into a scratch npm project with the AWS SDK it names as a peer, and runs the README's
-# Node example there, as another project would, against the engine of AWS_ENDPOINT_URL (run under
+# tarball into a scratch npm project with the AWS SDK it names as a peer, and runs the manual's
+# Node sample of the API page (docs/src/api-reference.md) there, as another project would, against the engine of AWS_ENDPOINT_URL (run under
 # scripts/with-services.sh). No Rust toolchain is on PATH while it installs and runs.
 # Needs the built package (scripts/build-wasm.sh).
 set -euo pipefail
@@ -38,14 +38,14 @@ path="$(tr ':' '\n' <<<"$PATH" | grep -v -e '\.cargo' -e '\.rustup' | paste -sd:
   ! command -v cargo >/dev/null || { echo "npm-pack-check: cargo still on PATH" >&2; exit 1; }
   npm init -y >/dev/null
   npm install --prefer-offline --no-audit --no-fund --loglevel=error "$tarball" "@aws-sdk/client-dynamodb@$sdk"
-  # The README's Node example, as written, twice on one table of its own.
+  # The API page's Node sample, as written, twice on one table of its own.
   awk '/^## Node$/ { node = 1 } node && /^```js$/ { code = 1; next } code && /^```$/ { exit } code { print }' \
-    "$root/README.md" >quickstart.mjs
-  [[ -s quickstart.mjs ]] || { echo "npm-pack-check: no Node example in the README" >&2; exit 1; }
+    "$root/docs/src/api-reference.md" >quickstart.mjs
+  [[ -s quickstart.mjs ]] || { echo "npm-pack-check: no Node sample on the manual's API page" >&2; exit 1; }
   export LEASELOCK_TABLE="npm-pack-$$-$RANDOM"
   for fence in 1 2; do
     out="$(node quickstart.mjs 2>/dev/null)"
     [[ $out == *"report done under fence $fence" ]] || { echo "npm-pack-check: run $fence printed: $out" >&2; exit 1; }
   done
-  echo "npm-pack-check: the tarball installs into a scratch project and the README example runs there twice"
+  echo "npm-pack-check: the tarball installs into a scratch project and the manual's Node sample runs there twice"
 )

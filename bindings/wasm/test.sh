@@ -14,12 +14,11 @@ node --test --test-concurrency=1 \
   tests/ambiguous.test.js \
   tests/worker.test.js \
   tests/session.test.mjs \
-  tests/readme.test.js \
   tests/manual.test.js \
   tests/example.test.js \
   tests/conformance.test.mjs \
   tests/worker_traces.test.mjs
-# The tarball `npm pack` makes, installed into a scratch project, runs the README example.
+# The tarball `npm pack` makes, installed into a scratch project, runs the manual's Node sample.
 ../../scripts/npm-pack-check.sh
 # The election tests time real processes against leases: on an engine of their own
 # (with-services.sh runs its command from the repository root).

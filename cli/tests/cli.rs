@@ -46,8 +46,8 @@ fn every_subcommand_has_complete_help() {
     }
 }
 
-/// `leaselock table create` and then an example worker or a README sample, all without naming a
-/// table, must meet on one table.
+/// `leaselock table create` and then an example worker or a sample of the manual, all without
+/// naming a table, must meet on one table.
 #[test]
 fn the_cli_and_the_example_workers_default_to_the_table_the_samples_use() {
     let help = stdout(&leaselock(&["table", "create", "--help"]));
@@ -56,7 +56,7 @@ fn the_cli_and_the_example_workers_default_to_the_table_the_samples_use() {
     for (file, default) in [
         ("examples/python_worker.py", r#"env("LEASELOCK_TABLE", "leases")"#),
         ("examples/node_worker.mjs", "env.LEASELOCK_TABLE ?? 'leases'"),
-        ("README.md", r#"LeaseTable("leases")"#),
+        ("docs/src/quick-start.md", r#"LeaseTable("leases")"#),
     ] {
         let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
         assert!(text.contains(default), "{file} does not default to the table `leases`");

@@ -1,5 +1,5 @@
-//! The README's election example (## Leader election), verbatim: bindings/python/tests/test_readme.py checks the copy
-//! and runs it twice against the local engine.
+//! The manual's election sample (docs/src/election.md includes it from its first `use`):
+//! bindings/python/tests/test_manual.py runs it twice against the local engine.
 
 use leaselock::election::{ElectionOptions, LeaderElector, Outcome};
 use leaselock::{DynamoRegistry, LeaseTable, StoreElection, TableConfig};

@@ -1,5 +1,5 @@
-//! The README's first Rust example (## Rust), verbatim: bindings/python/tests/test_readme.py checks the copy
-//! and runs it twice against the local engine.
+//! The manual's lease-by-hand sample (docs/src/quick-start.md includes it from its first `use`):
+//! bindings/python/tests/test_manual.py runs it twice against the local engine.
 
 use leaselock::{Error, LeaseStore, LeaseTable, TableConfig};
 

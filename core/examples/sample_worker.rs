@@ -1,5 +1,6 @@
-//! The README's worker example (### A worker), verbatim: bindings/python/tests/test_readme.py checks the copy
-//! and runs it twice against the local engine.
+//! The manual's worker sample (docs/src/quick-start.md includes it from its first `use`): it
+//! runs until SIGTERM, which bindings/python/tests/test_manual.py sends it; twice, against the
+//! local engine.
 
 use leaselock::worker::BoxError;
 use leaselock::{Connection, LeaseTable, TableConfig, Worker};

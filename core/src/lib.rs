@@ -80,8 +80,3 @@ pub use store_clock::{Estimate, StoreClock, StoreOffset, StoreTime};
 pub use store::{LeaseStore, OrphanCursor, OrphanPage, StrandedPage, SweepCursor};
 #[cfg(feature = "dynamodb")]
 pub use worker::{CancelReason, Connection, Worker, WorkerHandle, WorkerSnapshot};
-
-/// The README's Rust examples, compiled as doc tests.
-#[cfg(all(doctest, feature = "dynamodb"))]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeExamples;

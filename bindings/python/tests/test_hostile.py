@@ -216,18 +216,18 @@ def test_a_huge_value_is_refused_quickly_and_briefly(world: Dict[str, Any]) -> N
     refused_as("queue_url", lambda: leaselock.Worker(world["table"], queue_url=big))
 
 
-def test_the_readme_shows_the_python_error_for_a_hostile_id(world: Dict[str, Any]) -> None:
-    """The README's example under "What ids and urls may be" prints what it says it prints."""
+def test_the_manual_shows_the_python_error_for_a_hostile_id(world: Dict[str, Any]) -> None:
+    """The API page's sample under "What ids, urls and names may be" prints what it says it prints."""
     import contextlib
     import io
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("### What ids and urls may be\n", 1)[1].split("\n## ", 1)[0]
+    page = Path(__file__).resolve().parents[3] / "docs" / "src" / "api-reference.md"
+    section = page.read_text().split("## What ids, urls and names may be\n", 1)[1].split("\n## ", 1)[0]
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
     expected = re.findall(r"```text\n(.*?)```", section, flags=re.S)[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code.replace('"leases"', repr(world["name"])), "README.md (ids)", "exec"), {})
+        exec(compile(code.replace('"leases"', repr(world["name"])), "api-reference.md (ids)", "exec"), {})
     assert out.getvalue() == expected

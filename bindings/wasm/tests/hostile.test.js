@@ -185,9 +185,12 @@ test('hostile values at every entry point are refused naming the option; the tab
   console.log(`hostile calls refused: ${cases} (seed ${SEED})`);
 });
 
-test("the README's example prints the Node error for a hostile id", () => {
-  const readme = fs.readFileSync(path.join(__dirname, '../../../README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('### What ids and urls may be'), readme.indexOf('\n## ', readme.indexOf('### What ids')));
+test("the manual's sample prints the Node error for a hostile id", () => {
+  const page = fs.readFileSync(path.join(__dirname, '../../../docs/src/api-reference.md'), 'utf8');
+  const start = page.indexOf('## What ids, urls and names may be\n');
+  assert.ok(start >= 0, 'no "What ids, urls and names may be" section on the API page');
+  const end = page.indexOf('\n## ', start + 1);
+  const section = page.slice(start, end < 0 ? undefined : end);
   const code = section.match(/```js\n([\s\S]*?)```/)[1];
   const expected = section.match(/```text\n([\s\S]*?)```/)[1];
   const out = execFileSync(process.execPath, ['--input-type=module', '-e', code], {
