@@ -884,3 +884,24 @@ fn a_dead_sessions_work_is_taken_over_in_batches_with_one_check_of_its_session_e
     let checks = session_units(&sim) - before - renewals;
     assert!(taken >= 200 && checks <= 2.0 * 200.0 / 8.0, "{checks} units of checks for {taken} takeovers");
 }
+
+#[test]
+fn survivors_of_a_crash_do_not_all_claim_down_the_dead_sessions_whole_listing() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 5_000, 1_250, 250), START);
+    sim.keep_log = false;
+    let ids = start_work(&sim, 600);
+    let workers: Vec<usize> = (0..12).map(|i| sim.spawn(settings(&format!("w{i:02}"), 80), i + 1)).collect();
+    assert!(sim.run_while(60_000, 100, |s| s.all_held_once(&ids)), "cold start");
+    sim.run_until(sim.clock.monotonic_ms() + 15_000);
+    let victims = sim.held_only_by(workers[0]).len();
+    assert!(victims >= 20, "{victims}");
+    let claims = sim.ops["claim"];
+    sim.crash(workers[0]);
+    let from = sim.clock.monotonic_ms();
+    assert!(sim.run_while(from + 20_000, 100, |s| s.all_held_once(&ids)), "taken over");
+    // Each survivor lists the dead session's work and goes for its own picks first. Going on
+    // down the list while the others take theirs, they sent 166 claims for 50 connections; a
+    // wave refused whole ends that (75).
+    let sent = sim.ops["claim"] - claims;
+    assert!(sent <= 2 * victims as u64, "{sent} claims to take over {victims} connections");
+}
