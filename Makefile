@@ -18,8 +18,9 @@ ELECTION_BENCH_PORT ?= 4578
 FAILOVER_CRASH_PORT ?= 4584
 FAILOVER_GRACEFUL_PORT ?= 4585
 FAILOVER_SESSION_PORT ?= 4586
+FLEET_POINT_PORT ?= 4587
 
-.PHONY: docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-explore explore-long bench-report demo wheel dist
+.PHONY: bench-fleet-point docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-explore explore-long bench-report demo wheel dist
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node test-docs
 
@@ -152,7 +153,7 @@ bench:
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report
 
-bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-explore
+bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-fleet-point bench-explore
 
 bench-lambdas:
 	lambdas/bench.sh
@@ -195,6 +196,11 @@ explore-long:
 bench-failover:
 	FAILOVER_CRASH_PORT=$(FAILOVER_CRASH_PORT) FAILOVER_GRACEFUL_PORT=$(FAILOVER_GRACEFUL_PORT) \
 	  FAILOVER_SESSION_PORT=$(FAILOVER_SESSION_PORT) bench/failover.sh
+
+# One point of the fleet simulation's curve by real worker processes at partition limits scaled
+# down alike, and the simulation at the same settings beside it.
+bench-fleet-point:
+	FLEET_POINT_PORT=$(FLEET_POINT_PORT) bench/fleet_point.sh
 
 # bench/REPORT.md and the PNG plots from the results (matplotlib installed into .venv if missing).
 bench-report:

@@ -353,6 +353,7 @@ def report(r: Dict[str, Any], failover: Dict[str, Any] | None) -> str:
     w("")
 
     w(fleet_section(g("fleet_sim")))
+    w(fleet_point_section(g("fleet_point")))
     w(explore_section(g("explore")))
     w("## Election throughput")
     w("")
@@ -462,6 +463,43 @@ def fleet_section(fs: Dict[str, Any] | None) -> str:
         lambda m: carried(m, "table_connections_within_1000_wcu"))
     row("simulated / wall time", lambda m: f"{fmt(m['simulated_s'])} s / {fmt(m['run_s'], 1)} s")
     w("")
+    return "\n".join(lines) + "\n"
+
+
+def fleet_point_section(fp: Dict[str, Any] | None) -> str:
+    """One point of the simulation's curve run by real processes (bench/fleet_point.sh)."""
+    if not fp:
+        return ""
+    s, real, sim = fp["settings"], fp["real"], fp["sim"]
+    lines: List[str] = []
+    w = lines.append
+    w("## Real processes beside the simulation")
+    w("")
+    w(f"The simulation above, checked at one point of its curve by real worker processes (`bench/fleet_point.sh`): "
+      f"session mode at a {fmt(s['lease_ms'] / 1000, 0)} s session lease (renew {fmt(s['renew_ms'])} ms, skew "
+      f"{fmt(s['skew_ms'])} ms, orphan query every {fmt(s['orphan_interval_ms'])} ms), {s['connections']:,} streams on "
+      f"{s['workers']} `leaselock worker` processes of {s['max_connections']}, the orphan index on {s['orphan_shards']} "
+      f"shards. That is {fmt(s['connections'] / s['orphan_shards'])} streams per orphan-index partition value where "
+      f"100,000 connections on 64 shards put 1,562.5: **a scale of {fmt(s['scale'], 3)}**, so the partition limits are "
+      f"scaled down alike, to **{fmt(s['write_units_per_s'])} write and {fmt(s['read_units_per_s'])} read units per "
+      "second per partition value**, enforced by the local engine (`scripts/partition_limits.py`) for the processes "
+      "and by the simulation for its engines. Each round is timed from the signal until every stream of the victim "
+      "runs on another worker (the slowest of its streams); the simulation times its crash and its rolling "
+      "replacement of five workers the same way.")
+    w("")
+    w("| | real processes, p50 | real processes, max | simulation |")
+    w("|---|---|---|---|")
+    rc, rg, ho = real["crash"], real["graceful"], sim["hand_over_ms"]
+    w(f"| crash (SIGKILL): all the victim's streams held again | {fmt(rc['p50'])} ms | {fmt(rc['max'])} ms "
+      f"({rc['rounds']} rounds) | {fmt(sim['crash_ms'])} ms |")
+    w(f"| graceful (SIGTERM): all handed over | {fmt(rg['p50'])} ms | {fmt(rg['max'])} ms ({rg['rounds']} rounds) | "
+      f"p50 {fmt(ho['p50'])} ms, max {fmt(ho['max'])} ms |")
+    w(f"| cold start: all held | | | {fmt(sim['cold_start_ms'])} ms |")
+    w("")
+    la = real.get("load_average") or []
+    if la:
+        w(f"Load average on this shared machine during the real rounds: {', '.join(fmt(x, 1) for x in la)}.")
+        w("")
     return "\n".join(lines) + "\n"
 
 

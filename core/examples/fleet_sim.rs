@@ -8,7 +8,9 @@
 //!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed] [shards,...]
 //!
 //! Partitions throttle as DynamoDB's do (`Behaviour::throttle`: 1,000 write and 3,000 read units
-//! per second per partition value, no burst); `FLEET_SIM_THROTTLE=0` only counts. Each phase
+//! per second per partition value, no burst); `FLEET_SIM_THROTTLE=0` only counts, and
+//! `FLEET_SIM_PARTITION_WCU` with `FLEET_SIM_PARTITION_RCU` set other limits (a fleet scaled
+//! down, as `bench/fleet_point.sh` runs real processes beside it). Each phase
 //! reports the requests answered throttled, by kind and by the place that refused them.
 //!
 //! Per-item mode also runs with the orphan index sharded (`TableConfig::orphan_shards`) over
@@ -40,9 +42,18 @@ struct Mode {
     skew_ms: u64,
 }
 
-/// The design's defaults, with hints and a 1 s long poll.
+/// The design's defaults, with hints and a 1 s long poll (`FLEET_SIM_ORPHAN_INTERVAL_MS` sets
+/// the orphan query interval).
 fn settings(i: usize, max: usize) -> Settings {
-    Settings { hints: true, hint_wait_ms: 1_000, ..Settings::new(format!("w{i:04}"), max) }
+    let mut s = Settings { hints: true, hint_wait_ms: 1_000, ..Settings::new(format!("w{i:04}"), max) };
+    if let Some(ms) = env_number("FLEET_SIM_ORPHAN_INTERVAL_MS") {
+        s.orphan_interval_ms = ms as u64;
+    }
+    s
+}
+
+fn env_number(name: &str) -> Option<f64> {
+    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: a number, not {v:?}")))
 }
 
 fn peaks(sim: &Sim) -> Value {
@@ -101,6 +112,9 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     sim.keep_log = false;
     sim.account = true;
     sim.behaviour.throttle = std::env::var("FLEET_SIM_THROTTLE").map_or(true, |v| v != "0");
+    if let (Some(w), Some(r)) = (env_number("FLEET_SIM_PARTITION_WCU"), env_number("FLEET_SIM_PARTITION_RCU")) {
+        sim.partitions.limits = Some((w, r));
+    }
     let mut counted = Default::default();
     let mut ran = BTreeMap::new();
     let ids: Vec<String> = (0..connections)
@@ -204,6 +218,9 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
     json!({
         "lease_ms": m.lease_ms, "renew_ms": m.renew_ms, "skew_ms": m.skew_ms, "orphan_shards": m.shards,
         "throttle": sim.behaviour.throttle,
+        "partition_limits": { "write_units_per_s": sim.partitions.limit(ORPHAN_INDEX),
+                              "read_units_per_s": sim.partitions.limit(leaselock::engine::sim::ORPHAN_INDEX_READS) },
+        "orphan_interval_ms": settings(0, max).orphan_interval_ms,
         "phases": phases, "store_operations": ops,
         "simulated_s": sim.clock.monotonic_ms() / 1_000, "run_s": wall.elapsed().as_secs_f64(),
         "wall_at_end_ms": sim.clock.now_ms(),

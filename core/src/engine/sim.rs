@@ -138,6 +138,9 @@ pub struct Partitions {
     pub total: BTreeMap<&'static str, f64>,
     /// With [`Behaviour::throttle`]: requests answered throttled, by the place that refused them.
     pub throttled: BTreeMap<&'static str, u64>,
+    /// Write and read units per second per partition value, if not DynamoDB's
+    /// ([`partition_limit`]): a fleet scaled down is throttled at limits scaled down alike.
+    pub limits: Option<(f64, f64)>,
 }
 
 /// What one partition value serves per second at `place` (DynamoDB's per-partition limits).
@@ -187,8 +190,17 @@ impl Partitions {
     fn refusal(&self, charges: &[(&'static str, String, f64)], now_ms: u64) -> Option<&'static str> {
         charges
             .iter()
-            .find(|(place, partition, units)| self.in_second(place, partition, now_ms) + units > partition_limit(place))
+            .find(|(place, partition, units)| self.in_second(place, partition, now_ms) + units > self.limit(place))
             .map(|(place, ..)| *place)
+    }
+
+    /// What one partition value serves per second at `place` here.
+    pub fn limit(&self, place: &str) -> f64 {
+        match self.limits {
+            Some((_, read)) if place == ORPHAN_INDEX_READS || place == OWNER_INDEX_READS => read,
+            Some((write, _)) => write,
+            None => partition_limit(place),
+        }
     }
 
     /// Forgets the peaks (a new phase of a run).
