@@ -2,11 +2,15 @@
 """Checks the manual as built (target/docs/*.html): every link and image of every page points to
 a file that exists (and, for `page.html#anchor`, to an id that page has), every image is
 non-empty, and every diagram the sources hold was rendered to SVG and is shown on some page.
+The repository's Markdown files outside the manual (the README, the packages' and the Lambdas'
+READMEs, ...) are checked too: a relative link names a file of the repository, and one into the
+manual's sources (docs/src/page.md#anchor) a page and an id the built manual has.
 Links leaving the site (http:, https:, mailto:) are not followed. Exits 1 naming what is wrong.
 
     scripts/docs-links.py [target/docs]
 """
 import html.parser
+import re
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -63,6 +67,27 @@ for page, parsed in pages.items():
                 ids = pages[root / target.name].ids if (root / target.name) in pages else parse(target).ids
                 if unquote(url.fragment) not in ids:
                     problems.append(f"{page.name}: link {ref}: {target.name} has no id {url.fragment!r}")
+# The repository's other Markdown files: their relative links, and those into the manual.
+repo = diagrams.parent.parent
+manual_src = repo / "docs" / "src"
+markdown = [p for p in repo.glob("**/*.md") if not {"node_modules", "target", ".venv", ".git", "docs", "dist"} & set(p.relative_to(repo).parts)]
+for md in sorted(markdown):
+    text = re.sub(r"^```.*?^```$", "", md.read_text(encoding="utf-8"), flags=re.S | re.M)
+    for ref in re.findall(r"\]\(([^)\s]+)\)", text):
+        url = urlsplit(ref)
+        if url.scheme or ref.startswith("//") or not url.path:
+            continue
+        checked += 1
+        target = (md.parent / unquote(url.path)).resolve()
+        where = md.relative_to(repo)
+        if not target.exists():
+            problems.append(f"{where}: link {ref}: no such file")
+        elif target.parent == manual_src.resolve() and target.suffix == ".md" and target.name != "SUMMARY.md":
+            page = root / target.with_suffix(".html").name
+            if not page.is_file():
+                problems.append(f"{where}: link {ref}: the manual has no page {page.name}")
+            elif url.fragment and unquote(url.fragment) not in (pages[page].ids if page in pages else parse(page).ids):
+                problems.append(f"{where}: link {ref}: {page.name} has no id {url.fragment!r}")
 for source in sorted([*diagrams.glob("*.dot"), *diagrams.glob("*.seq")]):
     svg = source.with_suffix(".svg").name
     if not (root / "diagrams" / svg).is_file():
