@@ -13,25 +13,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from failover import last_json, pct  # noqa: E402
 from merge import merge  # noqa: E402
 
 
-def last_json(path: str) -> dict:
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip().startswith("{")]
-    if not lines:
-        raise SystemExit(f"{path}: no JSON report")
-    return json.loads(lines[-1])
-
-
-def pct(values: list, q: float):
-    if not values:
-        return None
-    s = sorted(values)
-    return s[round((len(s) - 1) * q)]
-
-
 def summary(values: list) -> dict:
-    return {"rounds": len(values), "p50": pct(values, 0.5), "max": pct(values, 1.0), "samples_ms": values}
+    return {"rounds": len(values), "p50": pct(values, 50), "max": max(values), "samples_ms": values}
 
 
 def main() -> None:

@@ -40,16 +40,19 @@ struct Mode {
     lease_ms: u64,
     renew_ms: u64,
     skew_ms: u64,
+    /// The workers' orphan query interval, if not the default (`FLEET_SIM_ORPHAN_INTERVAL_MS`).
+    orphan_interval_ms: Option<u64>,
 }
 
-/// The design's defaults, with hints and a 1 s long poll (`FLEET_SIM_ORPHAN_INTERVAL_MS` sets
-/// the orphan query interval).
-fn settings(i: usize, max: usize) -> Settings {
-    let mut s = Settings { hints: true, hint_wait_ms: 1_000, ..Settings::new(format!("w{i:04}"), max) };
-    if let Some(ms) = env_number("FLEET_SIM_ORPHAN_INTERVAL_MS") {
-        s.orphan_interval_ms = ms as u64;
+/// The design's defaults, with hints and a 1 s long poll, and the mode's orphan query interval.
+fn settings(i: usize, max: usize, m: &Mode) -> Settings {
+    let s = Settings::new(format!("w{i:04}"), max);
+    Settings {
+        hints: true,
+        hint_wait_ms: 1_000,
+        orphan_interval_ms: m.orphan_interval_ms.unwrap_or(s.orphan_interval_ms),
+        ..s
     }
-    s
 }
 
 fn env_number(name: &str) -> Option<f64> {
@@ -128,7 +131,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
 
     // Cold start: every worker at once, all the work orphaned.
     for i in 0..workers {
-        sim.spawn(settings(i, max), i as u64 + 1);
+        sim.spawn(settings(i, max, m), i as u64 + 1);
     }
     let cold_limit_ms = 300_000;
     let cold = until_all_held(&mut sim, &ids, cold_limit_ms);
@@ -197,7 +200,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
         let from = sim.clock.monotonic_ms();
         sim.run_while(from + 60_000, 50, |s| s.nodes[k].finished);
         let next = workers + k - 1;
-        sim.spawn(settings(next, max), next as u64 + 1);
+        sim.spawn(settings(next, max, m), next as u64 + 1);
         let held = sim.run_while(from + 60_000, 50, |s| mine.iter().all(|id| s.runs_once(id)));
         gaps.push(if held { sim.clock.monotonic_ms() - from } else { u64::MAX });
     }
@@ -220,7 +223,7 @@ fn run(m: &Mode, connections: usize, workers: usize, max: usize, deployed: usize
         "throttle": sim.behaviour.throttle,
         "partition_limits": { "write_units_per_s": sim.partitions.limit(ORPHAN_INDEX),
                               "read_units_per_s": sim.partitions.limit(leaselock::engine::sim::ORPHAN_INDEX_READS) },
-        "orphan_interval_ms": settings(0, max).orphan_interval_ms,
+        "orphan_interval_ms": settings(0, max, m).orphan_interval_ms,
         "phases": phases, "store_operations": ops,
         "simulated_s": sim.clock.monotonic_ms() / 1_000, "run_s": wall.elapsed().as_secs_f64(),
         "wall_at_end_ms": sim.clock.now_ms(),
@@ -238,6 +241,7 @@ fn main() {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().expect("shard counts: a comma-separated list of numbers"))
         .collect();
+    let orphan_interval_ms = env_number("FLEET_SIM_ORPHAN_INTERVAL_MS").map(|ms| ms as u64);
     let mode = |name: String, mode, shards, (lease_ms, renew_ms, skew_ms)| Mode {
         name,
         mode,
@@ -245,6 +249,7 @@ fn main() {
         lease_ms,
         renew_ms,
         skew_ms,
+        orphan_interval_ms,
     };
     let defaults = (20_000, 5_000, 1_000);
     let mut modes = vec![mode("per-item".into(), LeaseMode::PerItem, 1, defaults)];

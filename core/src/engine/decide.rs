@@ -89,13 +89,6 @@ pub const POLL_ANSWER_MARGIN: Duration = Duration::from_secs(5);
 pub const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Claims in flight at once from one orphan poll (a crashed peer's work is taken in parallel).
 pub const CLAIM_CONCURRENCY: usize = 16;
-
-/// Whether a wave of takeovers of a dead session's listed work (sent together, up to
-/// [`CLAIM_CONCURRENCY`]) came back with every one refused by its item's condition: the rest of
-/// that listing is then left to the next round's listing rather than claimed down the list.
-pub fn takeover_wave_was_lost(taken: usize, refused: usize) -> bool {
-    taken == 0 && refused > 0
-}
 /// Claims in flight at once from one batch of hints.
 pub const HINT_CLAIM_CONCURRENCY: usize = 10;
 /// How long a batch of hints whose claims are still in flight holds the next long poll back.
@@ -651,6 +644,13 @@ pub fn counts_as_unowned(
     is_tracked: impl Fn(&str) -> bool,
 ) -> bool {
     item.desired_state == Some(DesiredState::Started) && !is_tracked(&item.id) && is_orphan(item, now_ms, config)
+}
+
+/// Whether a wave of takeovers of a dead session's listed work (sent together, up to
+/// [`CLAIM_CONCURRENCY`]) came back with every one refused by its item's condition: the rest of
+/// that listing is then left to the next round's listing rather than claimed down the list.
+pub fn takeover_wave_was_lost(taken: usize, refused: usize) -> bool {
+    taken == 0 && refused > 0
 }
 
 /// The unowned work in the whole orphan index, estimated from one page of it: the page's count

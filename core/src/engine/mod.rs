@@ -1222,10 +1222,12 @@ impl Engine {
         };
         let upkeep = if self.session_mode() { Upkeep::Watch } else { Upkeep::Renew };
         let mut keeper = Keeper::new(&lease, upkeep, &self.config);
-        // The phase comes from the connection and its fence, not the random source: the same
-        // claim renews at the same point whoever replays it.
-        let phase = crate::config::mixed_hash(id.bytes().chain(lease.fence.to_le_bytes())) as f64 / u64::MAX as f64;
-        keeper.spread_first_renewal(self.now.mono_ms, phase);
+        if upkeep == Upkeep::Renew {
+            // The phase comes from the connection and its fence, not the random source: the
+            // same claim renews at the same point whoever replays it.
+            let phase = crate::config::mixed_hash(id.bytes().chain(lease.fence.to_le_bytes())) as f64 / u64::MAX as f64;
+            keeper.spread_first_renewal(self.now.mono_ms, phase);
+        }
         let fence = lease.fence;
         let order = self.claims;
         self.claims += 1;

@@ -147,10 +147,18 @@ pub struct Partitions {
 /// No burst: DynamoDB's burst capacity never lifts a partition past these, so a second's budget
 /// is all a partition value has, and unused capacity is not carried over.
 pub fn partition_limit(place: &str) -> f64 {
+    limit_at(place, DYNAMODB_LIMITS)
+}
+
+/// DynamoDB's write and read units per second per partition value.
+pub const DYNAMODB_LIMITS: (f64, f64) = (1_000.0, 3_000.0);
+
+/// The write or the read limit of `limits`, whichever `place` takes.
+fn limit_at(place: &str, (write, read): (f64, f64)) -> f64 {
     if place == ORPHAN_INDEX_READS || place == OWNER_INDEX_READS {
-        3_000.0
+        read
     } else {
-        1_000.0
+        write
     }
 }
 
@@ -196,11 +204,7 @@ impl Partitions {
 
     /// What one partition value serves per second at `place` here.
     pub fn limit(&self, place: &str) -> f64 {
-        match self.limits {
-            Some((_, read)) if place == ORPHAN_INDEX_READS || place == OWNER_INDEX_READS => read,
-            Some((write, _)) => write,
-            None => partition_limit(place),
-        }
+        limit_at(place, self.limits.unwrap_or(DYNAMODB_LIMITS))
     }
 
     /// Forgets the peaks (a new phase of a run).
