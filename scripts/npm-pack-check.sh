@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs bindings/wasm with `npm pack` (into DEST, default a scratch directory), installs the
-# tarball into a scratch npm project with the AWS SDK it names as a peer, and runs the manual's
-# Node sample of the API page (docs/src/api-reference.md) there, as another project would, against the engine of AWS_ENDPOINT_URL (run under
-# scripts/with-services.sh). No Rust toolchain is on PATH while it installs and runs.
+# tarball into a scratch npm project with the AWS SDK it names as a peer, and runs the Node sample
+# of the manual's API page (docs/src/api-reference.md) there, as another project would, against
+# the engine of AWS_ENDPOINT_URL (run under scripts/with-services.sh). No Rust toolchain is on
+# PATH while it installs and runs.
 # Needs the built package (scripts/build-wasm.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
