@@ -89,10 +89,12 @@ async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue = sqs.create_queue().queue_name(unique("handover")).send().await.unwrap().queue_url.unwrap();
     let ids = start_items(&table, "h", 6).await;
-    let worker = |name: &str| {
+    // The leaving worker polls often, so a claim or poll that fails on a loaded machine is
+    // retried; the successor's periodic poll is 10 minutes away.
+    let worker = |name: &str, orphan_interval: Duration| {
         Worker::builder(Arc::new(table.clone()))
             .worker_id(name)
-            .orphan_interval(Duration::from_secs(600))
+            .orphan_interval(orphan_interval)
             .hint_queue(sqs.clone(), &queue)
             .metrics_writer(Lines::default())
             .build(|conn: Connection| async move {
@@ -101,13 +103,13 @@ async fn work_released_on_shutdown_is_hinted_to_the_fleet() {
             })
             .unwrap()
     };
-    let leaving = worker("leaving");
+    let leaving = worker("leaving", Duration::from_secs(1));
     let leaving_handle = leaving.handle();
     let leaving_task = tokio::spawn(leaving.run_until(std::future::pending()));
     wait_until(Duration::from_secs(10), "all claimed", || leaving_handle.snapshot().held.len() == ids.len()).await;
 
     // The successor's only orphan poll runs now and finds nothing: everything is held.
-    let staying = worker("staying");
+    let staying = worker("staying", Duration::from_secs(600));
     let staying_handle = staying.handle();
     let staying_task = tokio::spawn(staying.run_until(std::future::pending()));
     wait_until(Duration::from_secs(10), "first orphan poll", || staying_handle.snapshot().orphan_polls == 1).await;
