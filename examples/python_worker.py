@@ -54,8 +54,9 @@ table = leaselock.LeaseTable(
     index_name=os.environ.get("LEASELOCK_INDEX_NAME"),
     owner_index_name=os.environ.get("LEASELOCK_OWNER_INDEX_NAME"),
     orphan_shards=int(env("LEASELOCK_ORPHAN_SHARDS", "1")),
-    # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session.
-    mode="session" if env("LEASELOCK_MODE", "per-item") == "session" else "item",
+    # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session, parsed by the
+    # table as every binding parses it (a misspelt mode is refused, not run as per-item).
+    mode=env("LEASELOCK_MODE", "per-item"),
 )
 MESSAGES = env("LEASELOCK_MESSAGES_TABLE", "leaselock-messages")
 worker = leaselock.Worker(

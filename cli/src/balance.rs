@@ -116,7 +116,7 @@ pub async fn run(args: &TableArgs, b: BalanceArgs) -> CliResult {
     let targs = TableArgs {
         table_name: lease_table.clone(),
         messages_table: messages_table.clone(),
-        mode: LeaseMode::Session.as_str().into(),
+        mode: LeaseMode::Session,
         ..args.clone()
     };
     say(t0, format!("creating tables {lease_table}, {messages_table} and the hint queue"));

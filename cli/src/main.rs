@@ -55,11 +55,11 @@ pub struct TableArgs {
     /// Renew interval, ms.
     #[arg(long, env = "LEASELOCK_RENEW_MS", default_value_t = 5_000, global = true)]
     pub renew_ms: u64,
-    /// Largest clock difference tolerated between workers, ms (`--skew-ms` is the older
-    /// spelling, still accepted).
+    /// Largest clock difference tolerated between workers, ms.
+    // `--skew-ms`, the older spelling, is still accepted (hidden from --help).
     #[arg(
         long = "clock-skew-ms",
-        visible_alias = "skew-ms",
+        alias = "skew-ms",
         value_name = "CLOCK_SKEW_MS",
         env = "LEASELOCK_CLOCK_SKEW_MS",
         default_value_t = 1_000,
@@ -70,8 +70,8 @@ pub struct TableArgs {
     #[arg(long, env = "LEASELOCK_OPERATION_BUDGET_MS", default_value_t = 10_000, global = true)]
     pub operation_budget_ms: u64,
     /// Lease mode: `per-item` (every held item renewed) or `session` (one heartbeat per worker).
-    #[arg(long, env = "LEASELOCK_MODE", default_value = "per-item", global = true, value_parser = ["per-item", "session"])]
-    pub mode: String,
+    #[arg(long, env = "LEASELOCK_MODE", default_value = "per-item", global = true, value_parser = parse_mode)]
+    pub mode: leaselock::LeaseMode,
     /// Orphan-index partition values running work is spread over (`STARTED#0..N-1`; 1, the
     /// default, is the reference schema's single `STARTED`). Every writer of the table must use
     /// the same count.
@@ -98,7 +98,7 @@ impl TableArgs {
             .renew_interval(Duration::from_millis(self.renew_ms))
             .clock_skew(Duration::from_millis(self.skew_ms))
             .operation_budget(Duration::from_millis(self.operation_budget_ms))
-            .mode(leaselock::LeaseMode::parse(&self.mode).unwrap_or_default())
+            .mode(self.mode)
             .orphan_shards(self.orphan_shards)
             .allow_eventual_global_table(self.allow_eventual_global_table.unwrap_or(false))
             .validated()
@@ -269,6 +269,12 @@ async fn run(cli: Cli) -> CliResult {
 /// An on/off value (`1`, `true`, `yes`, `on`, `0`, `false`, `no`, `off`); the bare flag is on.
 fn parse_flag(s: &str) -> Result<bool, String> {
     leaselock::config::parse_flag(s).ok_or_else(|| format!("{s:?} is not 1/0, true/false, yes/no or on/off"))
+}
+
+/// A lease mode as every binding parses it (core's `LeaseMode::parse`: `per-item`, `item`, the
+/// older spelling, or `session`).
+fn parse_mode(s: &str) -> Result<leaselock::LeaseMode, String> {
+    leaselock::LeaseMode::parse_option("mode", s).map_err(|e| e.to_string())
 }
 
 /// Parses a desired state given on the command line.

@@ -126,6 +126,31 @@ fn bad_arguments_exit_2_in_one_line_before_any_request() {
     one_line(&out);
 }
 
+#[test]
+fn the_clock_skew_flag_and_the_mode_are_read_as_every_surface_reads_them() {
+    let env = [
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "x"),
+        ("AWS_SECRET_ACCESS_KEY", "x"),
+    ];
+    // A skew of more than half the lease is refused before any request, whichever spelling set it.
+    for flag in ["--clock-skew-ms", "--skew-ms"] {
+        let args = [flag, "600", "--lease-ms", "1000", "--renew-ms", "200", "stop", "s1"].map(String::from);
+        check_refused(&args, "lease_duration", "2 x clock_skew (600ms)", &env);
+    }
+    // The mode is parsed by core's LeaseMode::parse, as in every binding: `item` (the older
+    // spelling) is taken, a misspelt mode refused before any request.
+    let out = leaselock(&["--mode", "item", "stop", "s1"], &env);
+    assert_eq!(out.status.code(), Some(1), "reached the (unreachable) endpoint: {}", stderr(&out));
+    let out = leaselock(&["--mode", "sessions", "stop", "s1"], &env);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(r#""sessions" is not a lease mode ("per-item" or "session")"#), "{}", stderr(&out));
+    let help = stdout(&leaselock(&["--help"], &[]));
+    assert!(help.contains("--clock-skew-ms <CLOCK_SKEW_MS>"), "{help}");
+    assert!(!help.contains("skew-ms,") && !help.contains("--skew-ms"), "the older spelling is not shown: {help}");
+}
+
 /// `leaselock args` with no AWS setting but `env`: no profile files, no instance metadata.
 fn without_aws_setup(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> (Output, std::time::Duration) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));

@@ -212,10 +212,7 @@ impl PyLeaseTable {
     /// `"per-item"` or `"session"`.
     #[getter]
     fn mode(&self) -> &'static str {
-        match self.table.config().mode {
-            LeaseMode::PerItem => "per-item",
-            LeaseMode::Session => "session",
-        }
+        self.table.config().mode.as_str()
     }
 
     #[pyo3(signature = (owner, *, previous_epoch=Arg::Absent))]

@@ -278,7 +278,7 @@ describe('LeaderElector', () => {
             '--table', table.tableName,
             '--lease-ms', String(timing.leaseMs),
             '--renew-ms', String(timing.renewMs),
-            '--skew-ms', String(timing.clockSkewMs),
+            '--clock-skew-ms', String(timing.clockSkewMs),
             'run-if-leader', 'mixed', '--wait-ms', '1000', '--retry-ms', String(retryDelayMs), '--owner', `${id}-${i}`,
             '--', process.execPath, contenderScript, 'term',
           ],
