@@ -80,23 +80,12 @@ impl Error {
     /// Bad input in `field`, refused before anything was written. The message is cut to
     /// [`MAX_DETAIL_BYTES`] (and says how long it was).
     pub fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
-        Error::InvalidInput { field: field.into(), message: bounded(message.to_string()) }
+        let message = message.to_string();
+        Error::InvalidInput {
+            field: field.into(),
+            message: crate::render::cut(&message, MAX_DETAIL_BYTES).into_owned(),
+        }
     }
-}
-
-/// `text` cut to [`MAX_DETAIL_BYTES`] at a character boundary, saying how long it was.
-fn bounded(mut text: String) -> String {
-    if text.len() <= MAX_DETAIL_BYTES {
-        return text;
-    }
-    let total = text.len();
-    let mut cut = MAX_DETAIL_BYTES;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    text.truncate(cut);
-    text.push_str(&format!("… ({total} bytes)"));
-    text
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -110,9 +99,9 @@ mod tests {
         let e = Error::invalid("candidate", format!("invalid type: string \"{}\"", "é".repeat(2_500_000)));
         let Error::InvalidInput { field, message } = &e else { unreachable!() };
         assert_eq!(field, "candidate");
-        assert!(message.len() <= MAX_DETAIL_BYTES + 32, "{} bytes", message.len());
+        assert!(message.len() <= MAX_DETAIL_BYTES, "{} bytes", message.len());
         assert!(
-            message.starts_with("invalid type: string \"éé") && message.ends_with("… (5000023 bytes)"),
+            message.starts_with("invalid type: string \"éé") && message.ends_with("... (5000023 bytes)"),
             "{message}"
         );
         let short = Error::invalid("id", "must not be empty");

@@ -88,6 +88,36 @@ pub fn one_line(s: &str) -> Cow<'_, str> {
     Cow::Owned(bounded(s, usize::MAX, false).0)
 }
 
+/// The most bytes of an error message as a binding hands it over (Python's exception, Node's
+/// `Error`): its quoted values are bounded already (see [`value`] and [`text`]); this is the
+/// backstop for everything else a message may carry.
+pub const MESSAGE_BYTES: usize = 1000;
+
+/// `s` in at most `max_bytes` bytes: whole when it fits, else cut at a character boundary and
+/// followed by `... (N bytes)`, N its whole length (the suffix counted in `max_bytes`). The one
+/// place an over-long text is cut, for error details ([`crate::Error::invalid`]) and for the
+/// messages the bindings raise ([`message`]).
+pub fn cut(s: &str, max_bytes: usize) -> Cow<'_, str> {
+    if s.len() <= max_bytes {
+        return Cow::Borrowed(s);
+    }
+    let suffix = format!("... ({} bytes)", s.len());
+    let mut end = max_bytes.saturating_sub(suffix.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{suffix}", &s[..end]))
+}
+
+/// An error message as a binding raises it: on one line ([`one_line`]) and at most
+/// [`MESSAGE_BYTES`] bytes ([`cut`]).
+pub fn message(s: &str) -> Cow<'_, str> {
+    match one_line(s) {
+        Cow::Borrowed(line) => cut(line, MESSAGE_BYTES),
+        Cow::Owned(line) => Cow::Owned(cut(&line, MESSAGE_BYTES).into_owned()),
+    }
+}
+
 /// Up to `limit` characters of `s`, escaped; `quote` (a value of ours, quoted) also escapes
 /// `"` and `\`, which other components' texts already use as escapes. Returns whether it was cut.
 fn bounded(s: &str, limit: usize, quote: bool) -> (String, bool) {
@@ -189,6 +219,18 @@ mod tests {
         // Valid text renders as `value` does.
         let ok: Vec<u16> = "flux-é-日本 \\".encode_utf16().collect();
         assert_eq!(utf16_value(&ok, 0), value("flux-é-日本 \\"));
+    }
+
+    #[test]
+    fn a_message_is_cut_to_its_bound_at_a_character_boundary() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "é".repeat(2_500_000);
+        let text = format!("invalid score: {long}\n");
+        let m = message(&text);
+        assert!(m.len() <= MESSAGE_BYTES, "{} bytes", m.len());
+        // The newline is escaped first (two bytes), then the line is cut.
+        assert!(m.starts_with("invalid score: éé") && m.ends_with("é... (5000017 bytes)"), "{m}");
+        assert_eq!(cut("abcdef", 3), "... (6 bytes)", "a bound below the suffix keeps the suffix alone");
     }
 
     #[test]

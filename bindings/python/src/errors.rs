@@ -62,21 +62,9 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> Py<PyAny> {
     v.into_py_any(py).unwrap_or_else(|_| py.None())
 }
 
-/// The most bytes of an error message: a message quotes values bounded, this is the backstop.
-const MAX_MESSAGE_BYTES: usize = 1000;
-
-/// `message` on one line (control and invisible characters escaped) and at most
-/// [`MAX_MESSAGE_BYTES`] bytes.
+/// `message` on one line and bounded: core's [`leaselock::render::message`], as Node's are.
 fn clean(message: &str) -> String {
-    let line = leaselock::render::one_line(message);
-    if line.len() <= MAX_MESSAGE_BYTES {
-        return line.into_owned();
-    }
-    let mut end = MAX_MESSAGE_BYTES - 24;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &line[..end], line.len())
+    leaselock::render::message(message).into_owned()
 }
 
 /// The Python exception for a core error.

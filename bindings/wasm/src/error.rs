@@ -6,8 +6,19 @@ use serde_json::{json, Value};
 
 use crate::config::js_field;
 
-/// `{ kind, message, ...fields }` with the fields of the variant, camelCase.
+/// `{ kind, message, ...fields }` with the fields of the variant, camelCase; the message on one
+/// line and bounded ([`leaselock::render::message`], as Python's are).
 pub fn to_json(e: &Error) -> Value {
+    let mut value = unbounded(e);
+    if let Some(Value::String(message)) = value.get_mut("message") {
+        if let std::borrow::Cow::Owned(bounded) = leaselock::render::message(message) {
+            *message = bounded;
+        }
+    }
+    value
+}
+
+fn unbounded(e: &Error) -> Value {
     let message = e.to_string();
     let kind = e.kind();
     match e {
@@ -72,6 +83,17 @@ pub fn from_json(v: &Value) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_one_line_and_bounded_whatever_it_carries() {
+        let huge = Error::Store(format!("ValidationException: {}\nsecond line", "x".repeat(5_000_000)));
+        let message = to_json(&huge)["message"].as_str().unwrap().to_string();
+        assert!(message.len() <= leaselock::render::MESSAGE_BYTES, "{} bytes", message.len());
+        assert!(message.starts_with("store error: ValidationException: xxx"), "{message}");
+        assert!(!message.contains('\n') && message.ends_with(" bytes)"), "{message}");
+        let short = to_json(&Error::Lost { id: "s1".into() });
+        assert_eq!(short["message"], Error::Lost { id: "s1".into() }.to_string());
+    }
 
     #[test]
     fn fields_survive_the_round_trip() {
