@@ -23,15 +23,18 @@ use crate::{awaitable, detached, seconds_left};
 const REDIS_NAMES: &[(&str, &str)] =
     &[("lease", "lease_ms"), ("renew", "renew_ms"), ("skew", "clock_skew_ms"), ("redis url", "url")];
 
-/// Core's elector option names and the arguments the caller passed.
-const ELECTOR_NAMES: &[(&str, &str)] = &[
-    ("owner", "candidate_id"),
-    ("wait", "wait_ms"),
-    ("min_lease", "min_lease_ms"),
-    ("retry_delay", "retry_ms"),
-    ("term", "term_ms"),
-    ("candidate_ttl", "candidate_ttl_ms"),
-];
+/// Core's elector option names and the arguments the caller passed (the retry delay's is
+/// `retry_delay_ms`, or `retry_ms` when the caller used that older name).
+fn elector_names(retry: &'static str) -> [(&'static str, &'static str); 6] {
+    [
+        ("owner", "candidate_id"),
+        ("wait", "wait_ms"),
+        ("min_lease", "min_lease_ms"),
+        ("retry_delay", retry),
+        ("term", "term_ms"),
+        ("candidate_ttl", "candidate_ttl_ms"),
+    ]
+}
 
 /// Core's strategic-election names and the arguments the caller passed.
 const CANDIDATE_NAMES: &[(&str, &str)] =
@@ -207,9 +210,11 @@ pub struct PyLeaderElector {
 
 #[pymethods]
 impl PyLeaderElector {
+    /// The options in the order of core's `ElectionOptions` and Node's elector; `retry_ms` is
+    /// the older name of `retry_delay_ms`, still accepted (not both).
     #[new]
-    #[pyo3(signature = (backend, candidate_id, *, wait_ms=Arg::Int(0), min_lease_ms=Arg::Int(0), retry_ms=Arg::Int(200),
-        key_prefix=Arg::Text(""), term_ms=Arg::Absent, candidate_ttl_ms=Arg::Absent))]
+    #[pyo3(signature = (backend, candidate_id, *, wait_ms=Arg::Int(0), min_lease_ms=Arg::Int(0), key_prefix=Arg::Text(""),
+        retry_delay_ms=Arg::Absent, term_ms=Arg::Absent, candidate_ttl_ms=Arg::Absent, retry_ms=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -217,10 +222,11 @@ impl PyLeaderElector {
         candidate_id: Arg,
         wait_ms: Arg,
         min_lease_ms: Arg,
-        retry_ms: Arg,
         key_prefix: Arg,
+        retry_delay_ms: Arg,
         term_ms: Arg,
         candidate_ttl_ms: Arg,
+        retry_ms: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let backend: Arc<dyn ElectionBackend> = if let Ok(table) = backend.cast::<PyLeaseTable>() {
@@ -233,19 +239,31 @@ impl PyLeaderElector {
                 return Err(invalid(py, "backend", "invalid backend: a LeaseTable or a RedisElection"));
             };
             let candidate_id = candidate_id.text(py, "candidate_id")?;
+            let (retry, retry_field) = match (retry_delay_ms, retry_ms) {
+                (Arg::Absent, Arg::Absent) => (Arg::Int(200), "retry_delay_ms"),
+                (given, Arg::Absent) => (given, "retry_delay_ms"),
+                (Arg::Absent, older) => (older, "retry_ms"),
+                _ => {
+                    return Err(invalid(
+                        py,
+                        "retry_ms",
+                        "invalid retry_ms: the older name of retry_delay_ms; give one of them",
+                    ))
+                }
+            };
             let mut options = ElectionOptions::default()
                 .wait(wait_ms.ms(py, "wait_ms")?)
                 .min_lease(min_lease_ms.ms(py, "min_lease_ms")?)
-                .retry_delay(retry_ms.ms(py, "retry_ms")?)
-                .key_prefix(key_prefix.text(py, "key_prefix")?);
+                .key_prefix(key_prefix.text(py, "key_prefix")?)
+                .retry_delay(retry.ms(py, retry_field)?);
             if let Some(t) = term_ms.opt_ms(py, "term_ms")? {
                 options = options.term(t);
             }
             if let Some(t) = candidate_ttl_ms.opt_ms(py, "candidate_ttl_ms")? {
                 options = options.candidate_ttl(t);
             }
-            let elector =
-                LeaderElector::new(backend, candidate_id, options).map_err(|e| to_py_named(py, e, ELECTOR_NAMES))?;
+            let elector = LeaderElector::new(backend, candidate_id, options)
+                .map_err(|e| to_py_named(py, e, &elector_names(retry_field)))?;
             Ok(Self { elector })
         })
     }

@@ -294,9 +294,16 @@ def test_strategic_election_picks_the_highest_score(make: Callable[..., LeaderEl
 
 
 def test_bad_settings_raise_invalid_input(table: leaselock.LeaseTable) -> None:
+    # The retry delay is refused under the name it was given as.
+    with pytest.raises(leaselock.InvalidInput) as e:
+        LeaderElector(table, "x", retry_delay_ms=0)
+    assert e.value.field == "retry_delay_ms"
     with pytest.raises(leaselock.InvalidInput) as e:
         LeaderElector(table, "x", retry_ms=0)
     assert e.value.field == "retry_ms"
+    with pytest.raises(leaselock.InvalidInput) as e:
+        LeaderElector(table, "x", retry_delay_ms=100, retry_ms=100)
+    assert e.value.field == "retry_ms" and "retry_delay_ms" in str(e.value)
     with pytest.raises(leaselock.InvalidInput) as e:
         LeaderElector(table, "")
     assert e.value.field == "candidate_id"
@@ -347,3 +354,31 @@ def test_a_leader_steps_down_for_the_preferred_candidate(make: Callable[..., Lea
     # cancelled at its next term boundary and the preferred one is elected with a higher fence.
     assert high.led and high.end == "stepped_down" and high.value is None
     assert low.led and low.value == low.fence and low.fence > high.fence
+
+
+def test_the_elector_takes_the_options_of_rust_and_node_in_their_order() -> None:
+    """Rust's ElectionOptions fields, Node's LeaderElector options and Python's keyword
+    arguments are one list in one order (Python's and Node's with their `_ms` / `Ms` unit)."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    options = (root / "core" / "src" / "election" / "options.rs").read_text()
+    body = options.split("pub struct ElectionOptions {", 1)[1].split("\n}", 1)[0]
+    rust = re.findall(r"^\s*pub (\w+):", body, flags=re.M)
+    node_src = (root / "bindings" / "wasm" / "src" / "election.rs").read_text()
+    node = re.findall(r'"(\w+)"', node_src.split("const OPTIONS: &[&str] = &[", 1)[1].split("];", 1)[0])
+    params = inspect.signature(LeaderElector.__init__).parameters.values()
+    python = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "retry_ms"]
+
+    def ms(name: str) -> str:
+        return name if name == "key_prefix" else f"{name}_ms"
+
+    def camel(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(w.title() for w in rest)
+
+    assert rust == ["wait", "min_lease", "key_prefix", "retry_delay", "term", "candidate_ttl"], rust
+    assert python == [ms(n) for n in rust]
+    assert node == ["owner", *[camel(ms(n)) for n in rust]]

@@ -175,7 +175,9 @@ def entry_points(w: Dict[str, Any]) -> List[Tuple[str, Any, Any, Callable[[Any],
         ("LeaderElector(key_prefix)", "key_prefix", hostile_text, lambda v: elector(key_prefix=v)),
         ("LeaderElector(wait_ms)", "wait_ms", hostile_ms, lambda v: elector(wait_ms=v)),
         ("LeaderElector(min_lease_ms)", "min_lease_ms", hostile_ms, lambda v: elector(min_lease_ms=v)),
-        ("LeaderElector(retry_ms)", "retry_ms", hostile_ms, lambda v: elector(retry_ms=v)),
+        # None leaves the retry delay at its default, under either name.
+        ("LeaderElector(retry_delay_ms)", "retry_delay_ms", hostile_ms.filter(lambda v: v is not None), lambda v: elector(retry_delay_ms=v)),
+        ("LeaderElector(retry_ms)", "retry_ms", hostile_ms.filter(lambda v: v is not None), lambda v: elector(retry_ms=v)),
         ("LeaderElector(term_ms)", "term_ms", st.one_of(st.integers(max_value=-1), st.integers(THIRTY_DAYS_MS + 1, 2**200)), lambda v: elector(term_ms=v)),
         ("LeaderElector(candidate_ttl_ms)", "candidate_ttl_ms", st.one_of(st.integers(max_value=0), st.integers(THIRTY_DAYS_MS + 1, 2**200)), lambda v: elector(candidate_ttl_ms=v)),
         ("run_if_leader(name)", "name", hostile_id, lambda v: lambda: e.run_if_leader(v, noop)),
@@ -214,6 +216,13 @@ def test_a_huge_value_is_refused_quickly_and_briefly(world: Dict[str, Any]) -> N
     refused_as("strategy", lambda: world["elector"].run_if_elected("jobs", noop, strategy=big))
     refused_as("strategy", lambda: world["elector"].run_if_elected("jobs", noop, strategy=("preferred", big)))
     refused_as("queue_url", lambda: leaselock.Worker(world["table"], queue_url=big))
+    # A candidate's fields, as Node's runIfElected is tried with a 5 MB score: named, not echoed.
+    plain = "x" * 5_000_000
+    elect = world["elector"].run_if_elected
+    refused_as("score", lambda: elect("jobs", noop, candidate=leaselock.Candidate(plain)))  # type: ignore[arg-type]
+    refused_as("load", lambda: elect("jobs", noop, candidate=leaselock.Candidate(load=plain)))  # type: ignore[arg-type]
+    refused_as("metadata", lambda: elect("jobs", noop, candidate=leaselock.Candidate(metadata={"k": plain})))
+    refused_as("metadata", lambda: elect("jobs", noop, candidate=leaselock.Candidate(metadata={plain: "v"})))
 
 
 def test_the_manual_shows_the_python_error_for_a_hostile_id(world: Dict[str, Any]) -> None:

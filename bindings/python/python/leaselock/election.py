@@ -163,13 +163,14 @@ class LeaderElector:
 
     ``backend`` is a :class:`LeaseTable` / :class:`AsyncLeaseTable` (its lease timing and key
     prefix apply) or a :class:`RedisElection`. ``candidate_id`` is what this process claims as
-    (unique per process). ``wait_ms``: how long to keep trying before giving up as skipped (0:
-    one try); ``min_lease_ms``: keep the lease at least this long after the claim, so a job run
-    on every host runs once per period; ``retry_ms``: pause between tries; ``key_prefix``:
-    before every election key; ``term_ms``: how often a strategic leader asks the strategy
-    again (default: the lease); ``candidate_ttl_ms``: how long a strategic candidate's
-    registration lives without a refresh (default: the lease). Bad settings raise
-    :class:`InvalidInput`.
+    (unique per process). The options are those of Rust's ``ElectionOptions`` and Node's
+    ``LeaderElector``, in the same order: ``wait_ms``: how long to keep trying before giving up
+    as skipped (0: one try); ``min_lease_ms``: keep the lease at least this long after the claim,
+    so a job run on every host runs once per period; ``key_prefix``: before every election key;
+    ``retry_delay_ms``: pause between tries (default 200; ``retry_ms`` is its older name, still
+    accepted); ``term_ms``: how often a strategic leader asks the strategy again (default: the
+    lease); ``candidate_ttl_ms``: how long a strategic candidate's registration lives without a
+    refresh (default: the lease). Bad settings raise :class:`InvalidInput` naming the argument.
     """
 
     def __init__(
@@ -179,21 +180,28 @@ class LeaderElector:
         *,
         wait_ms: int = 0,
         min_lease_ms: int = 0,
-        retry_ms: int = 200,
         key_prefix: str = "",
+        retry_delay_ms: Optional[int] = None,
         term_ms: Optional[int] = None,
         candidate_ttl_ms: Optional[int] = None,
+        retry_ms: Optional[int] = None,
     ) -> None:
         native_backend = getattr(backend, "_native", backend)
+        # The retry delay is passed only as given (None: the default; both names: refused).
+        retry: Dict[str, int] = {}
+        if retry_delay_ms is not None:
+            retry["retry_delay_ms"] = retry_delay_ms
+        if retry_ms is not None:
+            retry["retry_ms"] = retry_ms
         self._native = _native.LeaderElector(
             native_backend,
             candidate_id,
             wait_ms=wait_ms,
             min_lease_ms=min_lease_ms,
-            retry_ms=retry_ms,
             key_prefix=key_prefix,
             term_ms=term_ms,
             candidate_ttl_ms=candidate_ttl_ms,
+            **retry,
         )
 
     @property
