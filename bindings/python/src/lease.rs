@@ -1,8 +1,10 @@
 //! `leaselock::lease` for Python: the stored item and the held lease (a core `Hold`, renewed in
 //! the background when it comes from `hold()`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use leaselock::worker::decide::should_release;
 use leaselock::{Clock, Hold, LeaseItem, SystemClock};
 use pyo3::prelude::*;
 
@@ -60,17 +62,41 @@ pub struct PyLease {
     hold: Arc<Hold>,
     /// Session mode: the session it was claimed under (its renewal is the session's).
     session: Option<Arc<SessionShared>>,
+    /// Set once a release was answered: leaving the scope sends no second one.
+    released: Arc<AtomicBool>,
 }
 
 impl From<Hold> for PyLease {
     fn from(hold: Hold) -> Self {
-        Self { hold: Arc::new(hold), session: None }
+        Self { hold: Arc::new(hold), session: None, released: Arc::default() }
     }
 }
 
 impl PyLease {
     pub(crate) fn under_session(hold: Arc<Hold>, session: Arc<SessionShared>) -> Self {
-        Self { hold, session: Some(session) }
+        Self { hold, session: Some(session), released: Arc::default() }
+    }
+
+    /// Gives the lease up, and remembers that it did.
+    async fn release_now(hold: Arc<Hold>, released: Arc<AtomicBool>) -> leaselock::Result<()> {
+        hold.release().await?;
+        released.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// What leaving a `with` scope does, as Node's `using()` and `await using` do: the lease is
+    /// released unless it was lost (core's `should_release`: it is someone else's now) or was
+    /// released already; after the deadline, on STOP or on cancellation it is released (the
+    /// write is conditional on owner and fence, so it is safe, and the next owner need not wait
+    /// for the expiry). A release answered LeaseLost (taken meanwhile) is not an error.
+    async fn exit_release(hold: Arc<Hold>, released: Arc<AtomicBool>) -> leaselock::Result<()> {
+        if released.load(Ordering::Acquire) || !should_release(hold.cancel_reason()) {
+            return Ok(());
+        }
+        match Self::release_now(hold, released).await {
+            Err(leaselock::Error::Lost { .. }) => Ok(()),
+            other => other,
+        }
     }
 
     /// Renews the lease, or under a session the session (which moves every lease held under it).
@@ -151,8 +177,10 @@ impl PyLease {
         wait(py, async move { hold.checkpoint(seq).await })
     }
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let hold = self.hold.clone();
-        wait(py, async move { hold.release().await })
+        wait(py, Self::release_now(self.hold.clone(), self.released.clone()))
+    }
+    fn release_on_exit(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, Self::exit_release(self.hold.clone(), self.released.clone()))
     }
 
     fn renew_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -164,8 +192,10 @@ impl PyLease {
         awaitable(py, async move { hold.checkpoint(seq).await })
     }
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let hold = self.hold.clone();
-        awaitable(py, async move { hold.release().await })
+        awaitable(py, Self::release_now(self.hold.clone(), self.released.clone()))
+    }
+    fn release_on_exit_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        awaitable(py, Self::exit_release(self.hold.clone(), self.released.clone()))
     }
     /// Resolves with the reason once the lease's token fires.
     fn wait_cancelled_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

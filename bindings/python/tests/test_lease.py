@@ -8,7 +8,7 @@ import time
 import pytest
 
 import leaselock
-from conftest import LEASE_MS, RENEW_MS, SKEW_MS, raw_item, steal, wait_for
+from conftest import LEASE_MS, RENEW_MS, SKEW_MS, raw_item, steal, unique, wait_for
 
 
 def test_lease_fields_and_deadline(table, ids) -> None:
@@ -148,3 +148,49 @@ def test_hold_has_no_request_in_flight_past_its_deadline(table_name, stalling_pr
             lease.checkpoint(2)  # refused locally: nothing is sent past the deadline
         assert len(stalling_proxy.given_up_by()) == len(held_back)
         stalling_proxy.stall(False)
+
+
+def _gone_table(dynamodb, name: str) -> None:
+    """Deletes the table: a request sent to it after this fails (TableNotFound)."""
+    dynamodb.delete_table(TableName=name)
+
+
+def test_a_scope_releases_unless_the_lease_was_lost_or_released_already(dynamodb, ids) -> None:
+    """The scope's exit rule, as Node's using(): released after STOP and when the block raised;
+    no request at all when the block released the lease itself or when it was lost (the table is
+    deleted before the exit, so a request would fail with TableNotFound)."""
+    name = unique("py-exit")
+    leaselock.LeaseTable(name).create_table()
+    table = leaselock.LeaseTable(name, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS)
+    raised, stopped = ids("raised"), ids("stopped")
+    with pytest.raises(RuntimeError):
+        with table.hold(raised, "a"):
+            raise RuntimeError("the block failed")
+    assert table.get(raised).expires_at_ms == 0
+    table.start(stopped, "wss://feed.example/s")
+    with table.hold(stopped, "a") as lease:
+        table.stop(stopped)
+        wait_for(lambda: lease.cancelled, RENEW_MS / 1000 + 2, "STOP to be seen")
+    assert table.get(stopped).expires_at_ms == 0
+
+    lost, released = ids("lost"), ids("released")
+    with table.hold(released, "a") as held, table.hold(lost, "a") as taken:
+        held.release()
+        steal(dynamodb, name, lost)
+        wait_for(lambda: taken.cancel_reason == "Lost", RENEW_MS / 1000 + 2, "the lost lease to be noticed")
+        _gone_table(dynamodb, name)
+
+
+def test_an_async_scope_releases_as_the_blocking_one_does(dynamodb, ids) -> None:
+    name = unique("py-aexit")
+    leaselock.LeaseTable(name).create_table()
+    table = leaselock.AsyncLeaseTable(name, lease_ms=LEASE_MS, renew_ms=RENEW_MS, clock_skew_ms=SKEW_MS)
+    id = ids("released")
+
+    async def main() -> str:
+        async with table.hold(id, "a") as lease:
+            await lease.release()
+            await asyncio.to_thread(_gone_table, dynamodb, name)
+        return "left"
+
+    assert asyncio.run(main()) == "left"

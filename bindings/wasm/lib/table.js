@@ -232,7 +232,10 @@ class LeaseTable {
   /**
    * Claims `id`, runs `routine(lease, signal)`, renews in the background on the protocol's
    * schedule, aborts `signal` (its reason says why) at the deadline, on a lost lease or on STOP,
-   * releases when the routine settles, and resolves with the routine's result.
+   * and resolves with the routine's result. When the routine settles the lease is released
+   * unless it was lost (someone else's now) or the routine released it; after the deadline, on
+   * STOP or when the routine threw it is released too (the write is conditional on owner and
+   * fence), as Python's `with table.hold()` does.
    */
   async using(id, options, routine) {
     if (typeof options === 'function') {
@@ -249,12 +252,10 @@ class LeaseTable {
       result = await routine(lease, keeper.signal);
     } finally {
       await keeper.stop();
+      // As every scope's exit (Python's `with table.hold()` too): released unless lost (core's
+      // shouldRelease) or released by the routine already.
       if (wasm.shouldRelease(keeper.reason)) {
-        await lease.release().catch((e) => {
-          if (!(e instanceof LeaseLostError)) {
-            throw e;
-          }
-        });
+        await lease[asyncDispose]();
       }
     }
     return result;

@@ -5,6 +5,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { performance } = require('node:perf_hooks');
 const { LeaseTable, LeaseHeldError, LeaseLostError, LeaseNotFoundError, SeqNotIncreasingError, InvalidInputError } = require('..');
+const { DeleteTableCommand } = require('@aws-sdk/client-dynamodb');
 const { freshTable, rawItem, putRaw, eventually } = require('./helpers');
 
 // Leases short enough for a takeover within a test, long enough for the engine's pace.
@@ -185,6 +186,35 @@ test("using(): the signal aborts before the deadline when the lease is taken beh
   assert.ok(seen.at < seen.deadline, 'aborted before the deadline');
   // Not released: the item is the intruder's.
   assert.equal((await table.get('job')).owner, 'intruder');
+});
+
+test("using(): released after STOP and when the routine throws; no request when the routine released it or it was lost (as Python's hold())", { timeout: 30_000 }, async () => {
+  const table = await freshTable(FAST);
+  await assert.rejects(table.using('threw', { owner: 'w' }, async () => {
+    throw new Error('the routine failed');
+  }), /the routine failed/);
+  assert.equal((await table.get('threw')).expiresAtMs, 0);
+  await table.start('stopped', 'wss://feed.example/s');
+  await table.using('stopped', { owner: 'w' }, async (lease, signal) => {
+    await table.stop('stopped');
+    await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    assert.equal(signal.reason.reason, 'Stopped');
+  });
+  assert.equal((await table.get('stopped')).expiresAtMs, 0);
+  // Each table is deleted inside the routine: a release sent at the exit would fail.
+  const gone = (t) => t.client.send(new DeleteTableCommand({ TableName: t.tableName }));
+  await table.using('released', { owner: 'w' }, async (lease) => {
+    await lease.release();
+    await gone(table);
+  });
+  const other = await freshTable(FAST);
+  await other.using('lost', { owner: 'w' }, async (lease, signal) => {
+    const item = await rawItem(other, 'lost');
+    await putRaw(other, { ...item, lease_owner: { S: 'intruder' }, fence: { N: String(lease.fence + 1) } });
+    await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    assert.equal(signal.reason.reason, 'Lost');
+    await gone(other);
+  });
 });
 
 test('Symbol.asyncDispose releases the lease', async () => {

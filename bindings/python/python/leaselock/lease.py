@@ -12,7 +12,6 @@ from types import TracebackType
 from typing import Optional, Type
 
 from . import _native
-from .errors import LeaseLost
 
 LeaseItem = _native.LeaseItem
 """One stored lease item, as read: ``id, desired_state, url, owner, expires_at_ms, last_seq,
@@ -92,6 +91,11 @@ class _LeaseView:
 class Lease(_LeaseView):
     """A held lease with blocking methods; ``with lease:`` releases it on exit.
 
+    Leaving the scope (here, in :meth:`LeaseTable.hold` and in Node's ``using()`` and ``await
+    using`` alike) releases the lease unless it was lost (someone else's now) or released in the
+    block already; after the deadline, on STOP or when the block raised it is released too (the
+    write is conditional on owner and fence), so the next owner need not wait for the expiry.
+
     Every method releases the GIL while it waits for DynamoDB.
     """
 
@@ -118,14 +122,12 @@ class Lease(_LeaseView):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        try:
-            self._native.release()
-        except LeaseLost:
-            pass  # Someone else holds it now: there is nothing of ours to give back.
+        self._native.release_on_exit()
 
 
 class AsyncLease(_LeaseView):
-    """A held lease whose methods are coroutines; ``async with lease:`` releases it on exit."""
+    """A held lease whose methods are coroutines; ``async with lease:`` releases it on exit, as
+    :class:`Lease` does."""
 
     __slots__ = ()
 
@@ -150,7 +152,4 @@ class AsyncLease(_LeaseView):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        try:
-            await self._native.release_async()
-        except LeaseLost:
-            pass  # Someone else holds it now: there is nothing of ours to give back.
+        await self._native.release_on_exit_async()

@@ -287,7 +287,10 @@ class AsyncHold:
     def _on_lease_end(self, watch: asyncio.Future[Optional[str]]) -> None:
         if self._exiting or watch.cancelled() or watch.exception() is not None or self._task is None:
             return
-        self._fired = watch.result() or "Released"
+        reason = watch.result()
+        if reason in (None, "Released"):
+            return  # The block released the lease itself: there is nothing to interrupt.
+        self._fired = reason
         self._task.cancel(f"lease on {self._id} ended: {self._fired}")
 
     async def __aexit__(
