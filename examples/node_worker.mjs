@@ -13,7 +13,8 @@
 // LEASELOCK_QUEUE_URL, LEASELOCK_ORPHAN_INTERVAL_MS, LEASELOCK_DESIRED_STATE_INTERVAL_MS,
 // LEASELOCK_NO_BALANCE, LEASELOCK_INDEX_NAME, LEASELOCK_OWNER_INDEX_NAME, LEASELOCK_ORPHAN_SHARDS,
 // LEASELOCK_METRICS_INTERVAL_MS, LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS,
-// LEASELOCK_CLOCK_TOLERANCE_MS, LEASELOCK_NO_WAIT_FOR_STORE_CLOCK),
+// LEASELOCK_CLOCK_TOLERANCE_MS, LEASELOCK_NO_WAIT_FOR_STORE_CLOCK, LEASELOCK_OPERATION_BUDGET_MS,
+// LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE),
 // and the SDKs' own (AWS_REGION, AWS_ENDPOINT_URL, credentials).
 import { createRequire } from 'node:module';
 
@@ -26,6 +27,8 @@ const { LeaseTable, Worker } = require('leaselock');
 
 const env = process.env;
 const number = (name) => (env[name] === undefined ? undefined : Number(env[name]));
+/** A boolean setting as the CLI reads it (set to 1, true, yes or on). */
+const flag = (name) => /^(1|true|yes|on)$/i.test(env[name] ?? '');
 const messagesTable = env.LEASELOCK_MESSAGES_TABLE ?? 'leaselock-messages';
 // "per-item" (the default) or "session", as the CLI's --mode / LEASELOCK_MODE.
 const modeFlag = process.argv.indexOf('--mode');
@@ -42,10 +45,10 @@ const table = new LeaseTable({
   indexName: env.LEASELOCK_INDEX_NAME,
   ownerIndexName: env.LEASELOCK_OWNER_INDEX_NAME,
   orphanShards: number('LEASELOCK_ORPHAN_SHARDS'),
+  operationBudgetMs: number('LEASELOCK_OPERATION_BUDGET_MS'),
+  allowEventualGlobalTable: flag('LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE'),
   mode,
 });
-/** A boolean setting as the CLI reads it (set to 1, true, yes or on). */
-const flag = (name) => /^(1|true|yes|on)$/i.test(env[name] ?? '');
 
 /** The messages table row of `msg`: one item per (stream, seq); `writes` counts deliveries. */
 function messageWrite(msg, conn, workerId) {

@@ -16,7 +16,8 @@ Against the local feed (``leaselock upstream``) and engine::
 Settings come from the same environment variables as ``leaselock worker`` (LEASELOCK_TABLE,
 LEASELOCK_MESSAGES_TABLE, LEASELOCK_LEASE_MS, LEASELOCK_ORPHAN_SHARDS, LEASELOCK_INDEX_NAME,
 LEASELOCK_OWNER_INDEX_NAME, LEASELOCK_METRICS_NAMESPACE, LEASELOCK_INDEX_LAG_MS,
-LEASELOCK_CLOCK_TOLERANCE_MS, ...).
+LEASELOCK_CLOCK_TOLERANCE_MS, LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE,
+LEASELOCK_OPERATION_BUDGET_MS, ...).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ table = leaselock.LeaseTable(
     index_name=os.environ.get("LEASELOCK_INDEX_NAME"),
     owner_index_name=os.environ.get("LEASELOCK_OWNER_INDEX_NAME"),
     orphan_shards=int(env("LEASELOCK_ORPHAN_SHARDS", "1")),
+    allow_eventual_global_table=flag("LEASELOCK_ALLOW_EVENTUAL_GLOBAL_TABLE"),
+    operation_budget_ms=optional_int("LEASELOCK_OPERATION_BUDGET_MS"),
     # LEASELOCK_MODE as for `leaselock worker`: per-item (the default) or session, parsed by the
     # table as every binding parses it (a misspelt mode is refused, not run as per-item).
     mode=env("LEASELOCK_MODE", "per-item"),

@@ -59,8 +59,8 @@ work 40
 import os, boto3
 import leaselock
 c = boto3.client("dynamodb")
-session = os.environ["LEASELOCK_MODE"] == "session"
-t = leaselock.LeaseTable(os.environ["LEASELOCK_TABLE"], mode="session" if session else "item")
+t = leaselock.LeaseTable(os.environ["LEASELOCK_TABLE"], mode=os.environ["LEASELOCK_MODE"])
+session = t.mode == "session"
 rows = c.scan(TableName=os.environ["LEASELOCK_MESSAGES_TABLE"])["Items"]
 for s in ("s1", "s2", "s3"):
     item = t.get(s)

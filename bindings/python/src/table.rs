@@ -53,8 +53,13 @@ fn attributes_arg(py: Python<'_>, given: std::collections::BTreeMap<String, Stri
 }
 
 /// Core's config field names and the arguments the caller passed.
-const CONFIG_NAMES: &[(&str, &str)] =
-    &[("lease_duration", "lease_ms"), ("renew_interval", "renew_ms"), ("clock_skew", "clock_skew_ms")];
+const CONFIG_NAMES: &[(&str, &str)] = &[
+    ("lease_duration", "lease_ms"),
+    ("renew_interval", "renew_ms"),
+    ("clock_skew", "clock_skew_ms"),
+    ("operation_budget", "operation_budget_ms"),
+    ("operation_attempt_timeout", "operation_attempt_timeout_ms"),
+];
 
 /// A refused setting, named by the argument the caller passed.
 fn config_error(py: Python<'_>, e: leaselock::Error) -> PyErr {
@@ -135,7 +140,7 @@ impl PyLeaseTable {
     #[new]
     #[pyo3(signature = (table_name, *, region=Arg::Absent, endpoint_url=Arg::Absent, lease_ms=Arg::Int(20_000), renew_ms=Arg::Int(5_000),
         clock_skew_ms=Arg::Int(1_000), key_prefix=Arg::Text(""), index_name=Arg::Absent, owner_index_name=Arg::Absent, attributes=Arg::Absent, mode=Arg::Text("per-item"), orphan_shards=Arg::Int(1),
-        allow_eventual_global_table=Arg::Bool(false)))]
+        allow_eventual_global_table=Arg::Bool(false), operation_budget_ms=Arg::Absent, operation_attempt_timeout_ms=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -152,6 +157,8 @@ impl PyLeaseTable {
         mode: Arg,
         orphan_shards: Arg,
         allow_eventual_global_table: Arg,
+        operation_budget_ms: Arg,
+        operation_attempt_timeout_ms: Arg,
     ) -> PyResult<Self> {
         guarded(|| {
             let mode = mode.text(py, "mode")?;
@@ -170,6 +177,12 @@ impl PyLeaseTable {
             }
             if let Some(index) = owner_index_name.opt_text(py, "owner_index_name")? {
                 config = config.owner_index_name(index);
+            }
+            if let Some(budget) = operation_budget_ms.opt_ms(py, "operation_budget_ms")? {
+                config = config.operation_budget(budget);
+            }
+            if let Some(timeout) = operation_attempt_timeout_ms.opt_ms(py, "operation_attempt_timeout_ms")? {
+                config = config.operation_attempt_timeout(timeout);
             }
             config.validate().map_err(|e| config_error(py, e))?;
             let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
@@ -196,6 +209,14 @@ impl PyLeaseTable {
     #[getter]
     fn renew_ms(&self) -> u64 {
         self.table.config().renew_ms()
+    }
+    #[getter]
+    fn operation_budget_ms(&self) -> u64 {
+        self.table.config().operation_budget.as_millis() as u64
+    }
+    #[getter]
+    fn operation_attempt_timeout_ms(&self) -> u64 {
+        self.table.config().operation_attempt_timeout.as_millis() as u64
     }
     #[getter]
     fn clock_skew_ms(&self) -> u64 {

@@ -207,6 +207,24 @@ def test_bad_settings_name_the_argument(table) -> None:
     assert _field(lambda: new(attributes={"fence": "lease_owner"})) == "attributes.fence"
     assert _field(lambda: leaselock.Worker(table, max_connections=0)) == "max_connections"
     assert _field(lambda: leaselock.Worker(table, worker_id="")) == "worker_id"
+    assert _field(lambda: new(operation_budget_ms=0)) == "operation_budget_ms"
+    assert _field(lambda: new(operation_attempt_timeout_ms=0)) == "operation_attempt_timeout_ms"
+    assert _field(lambda: new(operation_budget_ms="10s")) == "operation_budget_ms"
+
+
+def test_the_operation_budget_is_settable_as_in_rust_node_and_the_cli() -> None:
+    """operation_budget_ms bounds a call that holds no lease: against an endpoint nothing
+    listens on, a read gives up within its budget, not the default 10 s."""
+    assert leaselock.LeaseTable("leases").operation_budget_ms == 10_000
+    assert leaselock.LeaseTable("leases").operation_attempt_timeout_ms == 5_000
+    table = leaselock.LeaseTable(
+        "leases", endpoint_url="http://127.0.0.1:9", operation_budget_ms=600, operation_attempt_timeout_ms=200
+    )
+    assert (table.operation_budget_ms, table.operation_attempt_timeout_ms) == (600, 200)
+    started = time.monotonic()
+    with pytest.raises(leaselock.StoreError):
+        table.get("s1")
+    assert time.monotonic() - started < 5, "gave up within its budget"
 
 
 def test_sharded_orphan_index_lists_every_shard_and_refuses_bad_counts(dynamodb) -> None:

@@ -39,6 +39,8 @@ class _Table:
         mode: str = "per-item",
         orphan_shards: int = 1,
         allow_eventual_global_table: bool = False,
+        operation_budget_ms: Optional[int] = None,
+        operation_attempt_timeout_ms: Optional[int] = None,
     ) -> None:
         """Opens ``table_name`` (no request is made; :meth:`create_table` creates it).
 
@@ -53,7 +55,12 @@ class _Table:
         (``STARTED#0`` ...), so renewals share their write capacity; every process of a table
         must use the same count. ``index_name`` and ``owner_index_name`` name the orphan index
         and session mode's owner index (defaults ``desired_state-lease_expires_at_ms-index`` and
-        ``lease_owner-index``). Bad settings raise :class:`InvalidInput` naming the field.
+        ``lease_owner-index``). ``operation_budget_ms`` (default 10,000) is the retry budget of a
+        call that holds no lease (start, stop, reads, table creation) and
+        ``operation_attempt_timeout_ms`` (default 5,000) the most one attempt of it may take, as
+        Rust's ``operation_budget`` / ``operation_attempt_timeout``, Node's ``operationBudgetMs``
+        / ``operationAttemptTimeoutMs`` and the CLI's ``--operation-budget-ms``. Bad settings
+        raise :class:`InvalidInput` naming the field.
 
         Before its first claim (:meth:`acquire`, :meth:`hold`, a :class:`Worker`'s start, an
         election) the table is described once (:meth:`check_table`): a global table in
@@ -76,6 +83,8 @@ class _Table:
             mode=mode,
             orphan_shards=orphan_shards,
             allow_eventual_global_table=allow_eventual_global_table,
+            operation_budget_ms=operation_budget_ms,
+            operation_attempt_timeout_ms=operation_attempt_timeout_ms,
         )
 
     @property
@@ -91,6 +100,16 @@ class _Table:
     def renew_ms(self) -> int:
         """How often a held scope renews."""
         return self._native.renew_ms
+
+    @property
+    def operation_budget_ms(self) -> int:
+        """The retry budget of a call that holds no lease."""
+        return self._native.operation_budget_ms
+
+    @property
+    def operation_attempt_timeout_ms(self) -> int:
+        """The most one attempt of such a call may take."""
+        return self._native.operation_attempt_timeout_ms
 
     @property
     def clock_skew_ms(self) -> int:
