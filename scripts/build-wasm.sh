@@ -28,9 +28,12 @@ if [[ "$have" != "$want" ]]; then
   cargo install --debug --force wasm-bindgen-cli --version "$want"
 fi
 
-# Speed first (the renew path runs through it; -Os costs ~5 us of CPU per renew for 80 KB),
-# LTO and one codegen unit for size; applies to this build only.
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
+# Optimized for size, LTO and one codegen unit; applies to this build only. With the worker
+# engine in the wasm, opt-level 3 made it 1,088,683 bytes (397,567 gzipped); "s" makes it 940,254
+# (359,674) for ~4 us more of the protocol's own CPU per renew (17 -> 21 us with an in-memory
+# client; a renew through the JS SDK costs ~500 us), "z" 841,329 for ~10 us more; 2 is as large as
+# 3. Node compiles and instantiates each in ~14 ms. make bench-wasm holds the size to a limit.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 export CARGO_PROFILE_RELEASE_PANIC=abort
 # The target (or TOOLCHAIN.md's offline fallback) comes from the shared installer.
 scripts/install-wasm-target.sh build -q -p leaselock-wasm --target "$target" --release >/dev/null
