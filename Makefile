@@ -20,7 +20,7 @@ FAILOVER_GRACEFUL_PORT ?= 4585
 FAILOVER_SESSION_PORT ?= 4586
 FLEET_POINT_PORT ?= 4587
 
-.PHONY: bench-fleet-point docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-explore explore-long bench-report demo wheel dist
+.PHONY: bench-fleet-point docs docs-check test test-docs test-engine test-rust test-fleet test-lambdas test-infra test-python test-node lint services services-stop bench bench-sections bench-python bench-node bench-wasm bench-lambdas bench-election bench-write-cost bench-failover bench-explore explore-long bench-report demo wheel dist
 
 test: lint test-engine test-rust test-fleet test-lambdas test-infra test-python test-node test-docs
 
@@ -153,7 +153,7 @@ bench:
 	echo "{\"bench_duration_s\": $$(( $$(date +%s) - $$(cat target/bench-started) ))}" | LEASELOCK_BENCH_RESULTS=$(FULL_RESULTS) python3 bench/merge.py
 	$(MAKE) --no-print-directory bench-report
 
-bench-sections: bench-python bench-node bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-fleet-point bench-explore
+bench-sections: bench-python bench-node bench-wasm bench-lambdas bench-election bench-write-cost bench-failover bench-fleet-sim bench-fleet-point bench-explore
 
 bench-lambdas:
 	lambdas/bench.sh
@@ -217,3 +217,9 @@ bench-python:
 bench-node:
 	scripts/build-wasm.sh
 	node bindings/wasm/bench/renew.js
+
+# The Node package's .wasm: size, gzipped size and Node's load time; fails when the wasm is larger
+# than its limit (bindings/wasm/bench/size.js says which and why).
+bench-wasm:
+	scripts/build-wasm.sh
+	node bindings/wasm/bench/size.js

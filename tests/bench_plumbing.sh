@@ -63,5 +63,51 @@ state_code="$("$repo/bench/tree-state.sh")"
 check "a tree whose only changes are the last run's figures is clean" '[[ "$state_outputs" == *"\"bench_tree_clean\": true}" && "$state_deleted" == *"true}" ]]'
 check "a tree with a changed source file is not" '[[ "$state_code" == *"\"bench_tree_clean\": false}" ]]'
 
+# The wasm section: part of the full run; it records its figures and fails over its limit. An
+# empty module stands for the wasm, and the same with a custom section past the limit.
+check "make bench runs the wasm section" '[[ "$(make -n bench-sections)" == *"node bindings/wasm/bench/size.js"* ]]'
+limit="$(grep -o '^const WASM_LIMIT_BYTES = [0-9_]*' bindings/wasm/bench/size.js | tr -dc 0-9)"
+python3 - "$scratch" "$limit" <<'PY'
+import sys
+from pathlib import Path
+
+def leb(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+header = b"\0asm\1\0\0\0"
+name = b"padding"
+payload = leb(len(name)) + name + b"\0" * (int(sys.argv[2]) + 1)
+Path(sys.argv[1], "small.wasm").write_bytes(header)
+Path(sys.argv[1], "large.wasm").write_bytes(header + b"\0" + leb(len(payload)) + payload)
+PY
+wasm_run() {
+  LEASELOCK_BENCH_RESULTS="$scratch/wasm-$1.json" LEASELOCK_BENCH_WASM_LOADS=1 \
+    node bindings/wasm/bench/size.js "$scratch/$1.wasm" >/dev/null 2>&1
+}
+check "the wasm section passes a wasm within its limit ($limit bytes)" 'wasm_run small'
+check "and records its size, gzipped size, limit and load time" \
+  '[[ "$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r[\"wasm_bytes\"], r[\"wasm_limit_bytes\"], *sorted(r))" "$scratch/wasm-small.json")" == "8 $limit wasm_bytes wasm_gzip_bytes wasm_limit_bytes wasm_load_ms wasm_loads" ]]'
+check "the wasm section fails when the wasm is over its limit" '! wasm_run large'
+wasm_report="$(cd bench && python3 - "$scratch/wasm-large.json" <<'PY'
+import json
+import sys
+
+sys.modules["matplotlib"] = type(sys)("matplotlib")
+sys.modules["matplotlib"].use = lambda *a, **k: None
+sys.modules["matplotlib.pyplot"] = type(sys)("matplotlib.pyplot")
+import report
+
+r = json.load(open(sys.argv[1]))
+print(report.wasm_section(r))
+print("empty without figures:", report.wasm_section({}) == "")
+PY
+)"
+check "the report shows the wasm over its limit, with its figures" '[[ "$wasm_report" == *"**over it**"* && "$wasm_report" == *"| limit | ${limit:0:1},"* && "$wasm_report" == *"empty without figures: True"* ]]'
+
 echo "bench plumbing: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

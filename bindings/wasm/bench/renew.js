@@ -2,14 +2,13 @@
 // Client CPU per renew: a renewal through leaselock (wasm protocol + the SDK) against the same
 // UpdateItem sent directly with @aws-sdk/client-dynamodb, side by side in one process, against a
 // keep-alive loopback endpoint with a canned answer (canned-dynamodb.js, in a child process so
-// its CPU is not counted). Also the .wasm size and the module's load time in a fresh process.
-// Merges node_cpu_us_per_renew, jssdk_cpu_us_per_renew (and the ratio, the protocol's own CPU
-// with an in-memory client, the size and the load time) into
+// its CPU is not counted). The .wasm's size and load time: size.js (make bench-wasm).
+// Merges node_cpu_us_per_renew, jssdk_cpu_us_per_renew (and the ratio and the protocol's own CPU
+// with an in-memory client) into
 // bench/results/latest.json at the repository root (read, update, write: other sections' keys stay).
 // With LEASELOCK_BENCH_BASELINE=<directory of another built copy of this package>, that copy's
 // renewal is measured in the same rounds too (before/after a change, side by side in one run).
 const { fork, execFileSync } = require('node:child_process');
-const fs = require('node:fs');
 const path = require('node:path');
 const { DynamoDBClient, UpdateItemCommand } = require('@aws-sdk/client-dynamodb');
 const { LeaseTable } = require('..');
@@ -17,7 +16,6 @@ const { LeaseTable } = require('..');
 const ROUNDS = Number(process.env.LEASELOCK_BENCH_ROUNDS ?? 11);
 const PER_ROUND = Number(process.env.LEASELOCK_BENCH_RENEWS ?? 500);
 const root = path.resolve(__dirname, '../../..');
-const wasmFile = path.join(__dirname, '../pkg/leaselock_wasm_bg.wasm');
 
 const now = Date.now();
 const answer = JSON.stringify({
@@ -105,11 +103,6 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       overheads.push(await overhead(PER_ROUND * 4));
     }
-    const loads = [];
-    for (let i = 0; i < 5; i++) {
-      const script = `const t=performance.now();require(${JSON.stringify(path.join(__dirname, '../pkg/leaselock_wasm.js'))});console.log(performance.now()-t)`;
-      loads.push(Number(execFileSync(process.execPath, ['-e', script]).toString().trim()));
-    }
     if (process.env.LEASELOCK_BENCH_VERBOSE) console.log({ ours, sdk, baseline });
     // The warm-up call is the first entry of each.
     const userOurs = median(userUs.get(renewOurs).slice(1));
@@ -128,8 +121,6 @@ async function main() {
       jssdk_cpu_us_per_renew: Number(median(sdk).toFixed(1)),
       node_renew_cpu_ratio: Number((median(ours) / median(sdk)).toFixed(3)),
       node_protocol_cpu_us_per_renew: Number(median(overheads).toFixed(1)),
-      node_wasm_bytes: fs.statSync(wasmFile).size,
-      node_wasm_load_ms: Number(median(loads).toFixed(1)),
       node_renew_user_cpu_ratio: Number((userOurs / userSdk).toFixed(3)),
     };
     // Merged key by key into bench/results/latest.json by the helper every section uses.
@@ -139,7 +130,6 @@ async function main() {
       `node renew: ${results.node_cpu_us_per_renew} us CPU via leaselock, ${results.jssdk_cpu_us_per_renew} us ` +
         `direct (${results.node_renew_cpu_ratio}x, target <= 1.3x; ${ROUNDS} rounds x ${PER_ROUND}, medians); ` +
         `protocol alone (in-memory client) ${results.node_protocol_cpu_us_per_renew} us; ` +
-        `wasm ${results.node_wasm_bytes} bytes, loads in ${results.node_wasm_load_ms} ms; ` +
         `user-mode CPU only: ${userOurs.toFixed(1)} vs ${userSdk.toFixed(1)} us (${results.node_renew_user_cpu_ratio}x)`,
     );
     console.log(`written to ${path.relative(root, out)}`);
