@@ -325,6 +325,11 @@ impl Hold {
         self.held.deadline_mono_ms()
     }
 
+    /// How long the holder may still act, on the store clock: zero once past the deadline.
+    pub fn time_left(&self) -> Duration {
+        Duration::from_millis(self.deadline_mono_ms().saturating_sub(self.store.clock().monotonic_ms()))
+    }
+
     /// Fires at the deadline, on a lost lease, on STOP (background renewal only) and on release.
     pub fn token(&self) -> &CancellationToken {
         self.held.cancel.token()

@@ -98,10 +98,17 @@ impl Lease {
         next_renew_at(self.deadline_mono_ms, config)
     }
 
-    /// The `Instant` of the local deadline.
+    /// The local deadline: the `Instant` (this process's monotonic clock, not the store's
+    /// wall clock) at which the owner must stop acting, `deadline_mono_ms` on the system clock.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn deadline(&self) -> std::time::Instant {
         crate::clock::SystemClock::instant_at(self.deadline_mono_ms)
+    }
+
+    /// How long the owner may still act: [`Lease::deadline`] less now, zero once it has passed.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn time_left(&self) -> std::time::Duration {
+        self.deadline().saturating_duration_since(std::time::Instant::now())
     }
 }
 
@@ -125,6 +132,18 @@ pub struct Session {
 impl Session {
     pub fn is_past_deadline(&self, now_mono_ms: u64) -> bool {
         now_mono_ms >= self.deadline_mono_ms
+    }
+
+    /// The session's local deadline as an `Instant`, as [`Lease::deadline`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn deadline(&self) -> std::time::Instant {
+        crate::clock::SystemClock::instant_at(self.deadline_mono_ms)
+    }
+
+    /// How long what is held under the session may still act, as [`Lease::time_left`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn time_left(&self) -> std::time::Duration {
+        self.deadline().saturating_duration_since(std::time::Instant::now())
     }
 
     /// When to send the next session renewal, on the monotonic clock.

@@ -94,6 +94,12 @@ impl Connection {
         self.held.deadline_mono_ms()
     }
 
+    /// How long this worker may still act for the work, on the store clock: zero once past
+    /// the deadline.
+    pub fn time_left(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.deadline_mono_ms().saturating_sub(self.store.clock().monotonic_ms()))
+    }
+
     /// The store's time now (epoch ms): the time to stamp what the handler writes with, so
     /// that stamps agree across the fleet whatever each host's clock says (see
     /// [`crate::StoreClock`]).
