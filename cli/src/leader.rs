@@ -54,9 +54,17 @@ pub struct RunIfLeaderArgs {
     /// sooner, so a job started on every host does not run twice in one period.
     #[arg(long, env = "LEASELOCK_MIN_LEASE_MS", default_value_t = 0)]
     pub min_lease_ms: u64,
-    /// Pause between claim attempts while waiting (jittered), ms.
-    #[arg(long, env = "LEASELOCK_RETRY_MS", default_value_t = 200)]
-    pub retry_ms: u64,
+    /// Pause between claim attempts while waiting (jittered), ms: the elector's retry delay.
+    // `--retry-ms` and LEASELOCK_RETRY_MS, the older spellings, are still read (hidden from --help;
+    // the older variable only when LEASELOCK_RETRY_DELAY_MS is unset).
+    #[arg(
+        long = "retry-delay-ms",
+        alias = "retry-ms",
+        value_name = "RETRY_DELAY_MS",
+        env = "LEASELOCK_RETRY_DELAY_MS",
+        default_value = older_retry_delay_ms()
+    )]
+    pub retry_delay_ms: u64,
     /// After SIGTERM, how long the command has before SIGKILL, ms (default: the clock skew,
     /// so it is gone before anyone else can be elected).
     #[arg(long, env = "LEASELOCK_GRACE_MS")]
@@ -70,6 +78,15 @@ pub struct RunIfLeaderArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// The retry delay's default: LEASELOCK_RETRY_MS (the variable's older name) when it is set, as
+/// given (a value that is not a number is refused as --retry-delay-ms's would be), else 200.
+fn older_retry_delay_ms() -> &'static str {
+    match std::env::var("LEASELOCK_RETRY_MS") {
+        Ok(v) => Box::leak(v.into_boxed_str()),
+        Err(_) => "200",
+    }
 }
 
 fn hostname() -> String {
@@ -133,7 +150,7 @@ pub async fn run(table: &TableArgs, mut args: RunIfLeaderArgs) -> CliResult {
     let options = ElectionOptions::default()
         .wait(Duration::from_millis(args.wait_ms))
         .min_lease(Duration::from_millis(args.min_lease_ms))
-        .retry_delay(Duration::from_millis(args.retry_ms.max(1)));
+        .retry_delay(Duration::from_millis(args.retry_delay_ms.max(1)));
     let owner = args.owner.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
     let elector = LeaderElector::new(backend, owner, options)?;
     let command = args.command.clone();
@@ -204,5 +221,27 @@ async fn supervise(term: Term, name: String, command: Vec<String>, grace: Durati
             unsafe { libc::killpg(pgid, libc::SIGKILL) };
             child.wait().await.map_err(other)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(flags: &[&str]) -> RunIfLeaderArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: RunIfLeaderArgs,
+        }
+        let argv = ["run-if-leader"].iter().chain(flags).chain(&["nightly", "--", "true"]).copied();
+        <Cli as clap::Parser>::try_parse_from(argv).expect("run-if-leader arguments parse").args
+    }
+
+    #[test]
+    fn the_retry_delay_is_read_from_its_flag_and_the_older_spelling() {
+        assert_eq!(parsed(&["--retry-delay-ms", "350"]).retry_delay_ms, 350);
+        assert_eq!(parsed(&["--retry-ms", "450"]).retry_delay_ms, 450);
+        assert_eq!(parsed(&["--retry-delay-ms=550", "--wait-ms", "1000"]).retry_delay_ms, 550);
     }
 }

@@ -158,6 +158,44 @@ fn help_names_the_options_and_the_exit_codes() {
     assert_eq!(out.status.code(), Some(2), "a command is required");
 }
 
+/// `leaselock run-if-leader args`, with `env` on top of this environment.
+fn run_if_leader_cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leaselock"));
+    cmd.arg("run-if-leader").args(args).env_remove("LEASELOCK_RETRY_DELAY_MS").env_remove("LEASELOCK_RETRY_MS");
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+#[test]
+fn the_retry_delay_flag_is_named_as_the_option_is_and_reads_its_older_spellings() {
+    let help = String::from_utf8_lossy(&run_if_leader_cli(&["--help"], &[]).stdout).into_owned();
+    assert!(help.contains("--retry-delay-ms <RETRY_DELAY_MS>"), "{help}");
+    assert!(help.contains("[env: LEASELOCK_RETRY_DELAY_MS=]") && help.contains("[default: 200]"), "{help}");
+    assert!(
+        !help.contains("--retry-ms") && !help.contains("LEASELOCK_RETRY_MS"),
+        "the older spellings are not shown: {help}"
+    );
+    // The older variable sets the default; the new one, when set, wins over it.
+    let help =
+        String::from_utf8_lossy(&run_if_leader_cli(&["--help"], &[("LEASELOCK_RETRY_MS", "700")]).stdout).into_owned();
+    assert!(help.contains("[default: 700]"), "{help}");
+    let both = [("LEASELOCK_RETRY_MS", "700"), ("LEASELOCK_RETRY_DELAY_MS", "900")];
+    let help = String::from_utf8_lossy(&run_if_leader_cli(&["--help"], &both).stdout).into_owned();
+    assert!(help.contains("[env: LEASELOCK_RETRY_DELAY_MS=900]"), "{help}");
+    // Every spelling is read: a value that is not a number is refused before anything runs,
+    // under the flag's name, whichever spelling gave it.
+    let refused = |flags: &[&str], env: &[(&str, &str)]| {
+        let args: Vec<&str> = flags.iter().copied().chain(["nightly", "--", "true"]).collect();
+        let out = run_if_leader_cli(&args, env);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{flags:?} {env:?}: {err}");
+        assert!(err.contains("'soon' for '--retry-delay-ms <RETRY_DELAY_MS>'"), "{flags:?} {env:?}: {err}");
+    };
+    refused(&["--retry-delay-ms", "soon"], &[]);
+    refused(&["--retry-ms", "soon"], &[]);
+    refused(&[], &[("LEASELOCK_RETRY_DELAY_MS", "soon")]);
+    refused(&[], &[("LEASELOCK_RETRY_MS", "soon")]);
+}
+
 #[test]
 fn three_concurrent_invocations_run_the_command_once_on_redis() {
     let Some(backend) = redis() else { return };

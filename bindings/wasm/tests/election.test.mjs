@@ -279,7 +279,7 @@ describe('LeaderElector', () => {
             '--lease-ms', String(timing.leaseMs),
             '--renew-ms', String(timing.renewMs),
             '--clock-skew-ms', String(timing.clockSkewMs),
-            'run-if-leader', 'mixed', '--wait-ms', '1000', '--retry-ms', String(retryDelayMs), '--owner', `${id}-${i}`,
+            'run-if-leader', 'mixed', '--wait-ms', '1000', '--retry-delay-ms', String(retryDelayMs), '--owner', `${id}-${i}`,
             '--', process.execPath, contenderScript, 'term',
           ],
           { stdio: ['ignore', 'ignore', 'pipe'], env: rustEnv(id) },
