@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use leaselock::election::{ElectionBackend, ElectionOptions, TermEnd};
 use leaselock::redis::{RedisElection, RedisOptions};
-use leaselock::{Candidate, Clock, DynamoRegistry, LeaderElector, Outcome, StoreElection, Strategy, SystemClock, Term};
+use leaselock::{Candidate, DynamoRegistry, LeaderElector, Outcome, StoreElection, Strategy, Term};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 use tokio::sync::oneshot;
@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use crate::args::Arg;
 use crate::errors::{guarded, invalid, to_py, to_py_named};
 use crate::table::PyLeaseTable;
-use crate::{awaitable, detached, seconds_left};
+use crate::{awaitable, detached, monotonic_seconds, seconds_left};
 
 /// Core's Redis option names and the arguments the caller passed.
 const REDIS_NAMES: &[(&str, &str)] =
@@ -114,10 +114,14 @@ impl PyTerm {
     fn slot(&self) -> Option<u32> {
         self.term.slot()
     }
-    /// Seconds left before the local deadline (negative once it has passed).
+    /// The local deadline: the `time.monotonic()` reading at which the term ends.
     #[getter]
-    fn deadline(&self) -> f64 {
-        seconds_left(self.term.deadline_mono_ms(), SystemClock.monotonic_ms())
+    fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
+        monotonic_seconds(py, self.term.deadline_mono_ms())
+    }
+    /// Seconds left before the deadline, 0.0 once it has passed.
+    fn time_left(&self) -> f64 {
+        seconds_left(self.term.deadline_mono_ms())
     }
     /// True once the term is over.
     #[getter]

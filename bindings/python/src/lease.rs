@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::args::Arg;
 use crate::session::SessionShared;
-use crate::{awaitable, repr_opt, seconds_left, wait};
+use crate::{awaitable, monotonic_seconds, repr_opt, seconds_left, wait};
 
 /// One stored lease item, as read.
 #[pyclass(module = "leaselock._native", name = "LeaseItem", frozen, get_all, eq)]
@@ -148,10 +148,14 @@ impl PyLease {
     fn desired_state(&self) -> Option<String> {
         self.hold.current().desired_state.map(|s| s.as_str().to_string())
     }
-    /// Seconds left before the local deadline (negative once it has passed).
+    /// The local deadline: the `time.monotonic()` reading at which the owner must stop acting.
     #[getter]
-    fn deadline(&self) -> f64 {
-        seconds_left(self.hold.deadline_mono_ms(), SystemClock.monotonic_ms())
+    fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
+        monotonic_seconds(py, self.hold.deadline_mono_ms())
+    }
+    /// Seconds left before the deadline, 0.0 once it has passed.
+    fn time_left(&self) -> f64 {
+        seconds_left(self.hold.deadline_mono_ms())
     }
     #[getter]
     fn cancelled(&self) -> bool {

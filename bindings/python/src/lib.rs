@@ -14,6 +14,7 @@ mod worker;
 
 use std::future::Future;
 
+use leaselock::SystemClock;
 use pyo3::prelude::*;
 
 pub(crate) use wake::awaitable;
@@ -82,9 +83,28 @@ pub(crate) fn repr_opt<T: std::fmt::Debug>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "None".to_string(), |v| format!("{v:?}"))
 }
 
-/// Monotonic seconds from the store clock's reading `now_ms` to `deadline_ms` (negative once past).
-pub(crate) fn seconds_left(deadline_ms: u64, now_ms: u64) -> f64 {
-    (deadline_ms as f64 - now_ms as f64) / 1000.0
+/// A deadline as Python reads time: the `time.monotonic()` reading at which core's monotonic
+/// clock (the system clock every store of the binding measures deadlines on, whose instants are
+/// Rust's `Lease::deadline()`) reads `mono_ms`. The two clocks' origins are matched once.
+pub(crate) fn monotonic_seconds(py: Python<'_>, mono_ms: u64) -> PyResult<f64> {
+    static ORIGIN: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let origin = match ORIGIN.get() {
+        Some(origin) => *origin,
+        None => {
+            let monotonic = py.import("time")?.getattr("monotonic")?;
+            let before = SystemClock::instant_at(0).elapsed();
+            let now: f64 = monotonic.call0()?.extract()?;
+            let after = SystemClock::instant_at(0).elapsed();
+            *ORIGIN.get_or_init(|| now - (before + after).as_secs_f64() / 2.0)
+        }
+    };
+    Ok(origin + mono_ms as f64 / 1000.0)
+}
+
+/// Seconds from now to the monotonic deadline `deadline_mono_ms`, 0.0 once it has passed (Rust's
+/// `time_left()`).
+pub(crate) fn seconds_left(deadline_mono_ms: u64) -> f64 {
+    SystemClock::instant_at(deadline_mono_ms).saturating_duration_since(std::time::Instant::now()).as_secs_f64()
 }
 
 /// With `LEASELOCK_LOG` set (a filter such as `info` or `warn,leaselock::engine=debug`), the

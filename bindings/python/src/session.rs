@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use leaselock::keeper::Upkeep;
-use leaselock::{CancelReason, Clock, Error, Hold, LeaseStore, Session, SessionItem, SystemClock};
+use leaselock::{CancelReason, Error, Hold, LeaseStore, Session, SessionItem};
 use pyo3::prelude::*;
 
 use crate::args::Arg;
 
 use crate::lease::PyLease;
-use crate::{awaitable, seconds_left, wait};
+use crate::{awaitable, monotonic_seconds, seconds_left, wait};
 
 /// One session item, as listed.
 #[pyclass(module = "leaselock._native", name = "SessionItem", frozen, get_all, eq)]
@@ -157,10 +157,15 @@ impl PySession {
     fn expires_at_ms(&self) -> u64 {
         self.shared.current().expires_at_ms
     }
-    /// Seconds left before the session's local deadline (negative once it has passed).
+    /// The session's local deadline: the `time.monotonic()` reading at which everything held
+    /// under it must stop acting.
     #[getter]
-    fn deadline(&self) -> f64 {
-        seconds_left(self.shared.current().deadline_mono_ms, SystemClock.monotonic_ms())
+    fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
+        monotonic_seconds(py, self.shared.current().deadline_mono_ms)
+    }
+    /// Seconds left before the session's deadline, 0.0 once it has passed.
+    fn time_left(&self) -> f64 {
+        seconds_left(self.shared.current().deadline_mono_ms)
     }
 
     fn renew(&self, py: Python<'_>) -> PyResult<()> {

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use leaselock::worker::{BoxError, WorkerSnapshot};
-use leaselock::{Clock, Connection, LeaseStore, SystemClock, Worker, WorkerHandle};
+use leaselock::{Connection, LeaseStore, Worker, WorkerHandle};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 use tokio::sync::oneshot;
@@ -20,7 +20,7 @@ use crate::args::Arg;
 use crate::errors::{guarded, invalid, to_py_named};
 use crate::lease::seq_arg;
 use crate::table::PyLeaseTable;
-use crate::{awaitable, fenced, repr_opt, seconds_left};
+use crate::{awaitable, fenced, monotonic_seconds, repr_opt, seconds_left};
 
 /// One leased unit of work, handed to the handler.
 #[pyclass(module = "leaselock._native", name = "Connection", frozen)]
@@ -47,10 +47,14 @@ impl PyConnection {
     fn fence(&self) -> u64 {
         self.conn.fence()
     }
-    /// Seconds left before the local deadline (negative once it has passed).
+    /// The local deadline: the `time.monotonic()` reading at which the worker must stop acting.
     #[getter]
-    fn deadline(&self) -> f64 {
-        seconds_left(self.conn.deadline_mono_ms(), SystemClock.monotonic_ms())
+    fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
+        monotonic_seconds(py, self.conn.deadline_mono_ms())
+    }
+    /// Seconds left before the deadline, 0.0 once it has passed.
+    fn time_left(&self) -> f64 {
+        seconds_left(self.conn.deadline_mono_ms())
     }
     /// The store's time now (epoch ms): what to stamp the handler's writes with.
     fn now_ms(&self) -> u64 {

@@ -141,6 +141,26 @@ def test_a_skipped_contender_sees_the_holder(make: Callable[..., LeaderElector])
     assert after.led and after.value > led.fence
 
 
+def test_a_terms_deadline_is_the_monotonic_instant_lease_less_skew_after_the_claim(
+    make: Callable[..., LeaderElector],
+) -> None:
+    """As a lease's (test_lease.py): ``term.deadline`` is the ``time.monotonic()`` reading at which
+    the term ends, lease - skew after its claim was sent, and ``time_left()`` the seconds until then."""
+    seen: Dict[str, float] = {}
+
+    async def action(term: Term) -> None:
+        t0 = time.monotonic()
+        seen["left"] = term.time_left()
+        seen.update(t0=t0, t1=time.monotonic(), deadline=term.deadline)
+
+    before = time.monotonic()
+    outcome = asyncio.run(make("timed").run_if_leader("timed", action))
+    assert outcome.led, outcome
+    window = (LEASE_MS - SKEW_MS) / 1000
+    assert before + window - 0.002 <= seen["deadline"] <= seen["t0"] + window, (seen["deadline"] - before, window)
+    assert seen["deadline"] - seen["t1"] - 0.001 <= seen["left"] <= seen["deadline"] - seen["t0"] + 0.001, seen
+
+
 def test_the_action_is_cancelled_when_the_lease_is_taken_away(
     kind: str, make: Callable[..., LeaderElector], table_name: str, dynamodb: Any
 ) -> None:

@@ -14,12 +14,28 @@ from conftest import LEASE_MS, RENEW_MS, SKEW_MS, raw_item, steal, unique, wait_
 def test_lease_fields_and_deadline(table, ids) -> None:
     id = ids("fields")
     table.start(id, "wss://feed.example/f")
+    before, wall_before = time.monotonic(), time.time() * 1000
     lease = table.acquire(id, "a")
+    after = time.monotonic()
     assert (lease.id, lease.owner, lease.fence, lease.url) == (id, "a", 1, "wss://feed.example/f")
     assert lease.desired_state == "STARTED" and lease.last_seq is None
-    # The deadline is measured from the send, less the skew: never later than lease - skew.
-    assert 0 < lease.deadline <= (LEASE_MS - SKEW_MS) / 1000
-    assert lease.expires_at_ms > time.time() * 1000
+    # The deadline is a time.monotonic() reading (the instant Rust's Lease::deadline() and Node's
+    # lease.deadline name): lease - skew after the claim was sent, so between the calls' ends
+    # (core counts whole milliseconds: up to 1 ms early).
+    window = (LEASE_MS - SKEW_MS) / 1000
+    assert before + window - 0.002 <= lease.deadline <= after + window, (lease.deadline - before, window)
+    # The stored expiry is on the (store's) wall clock: lease after the same send.
+    assert lease.expires_at_ms >= wall_before + LEASE_MS - 1_000
+    # time_left() is the deadline less now, in seconds as time.monotonic() counts them.
+    t0 = time.monotonic()
+    left = lease.time_left()
+    t1 = time.monotonic()
+    assert lease.deadline - t1 - 0.001 <= left <= lease.deadline - t0 + 0.001, (left, lease.deadline - t0)
+    assert left > window - 1, left
+    # A renewal (sent after the claim's answer came back) moves the deadline later.
+    first = lease.deadline
+    lease.renew()
+    assert lease.deadline > first
     lease.release()
 
 
@@ -129,7 +145,7 @@ def test_hold_has_no_request_in_flight_past_its_deadline(table_name, stalling_pr
     id = ids("stalled")
     with table.hold(id, "a") as lease:
         stalling_proxy.stall()
-        deadline_at = time.monotonic() + lease.deadline
+        deadline_at = lease.deadline
         with pytest.raises(leaselock.LeaseLost):
             lease.checkpoint(1)
         returned = time.monotonic()

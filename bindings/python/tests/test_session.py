@@ -61,7 +61,7 @@ def test_claim_under_a_session(stable, dynamodb, session_table_name, ids) -> Non
     stable.start(id, f"wss://feed.example/{id}")
     session = stable.create_session(owner)
     assert session.owner == owner and session.epoch >= 1
-    assert 0 < session.deadline <= (LEASE_MS - SKEW_MS) / 1000
+    assert 0 < session.time_left() <= (LEASE_MS - SKEW_MS) / 1000
     lease = session.claim(id)
     assert lease.in_session and (lease.owner, lease.fence) == (owner, 1)
     item = raw_item(dynamodb, session_table_name, id)
@@ -110,13 +110,14 @@ def test_takeover_after_the_session_expires(stable, dynamodb, session_table_name
             lease = new.claim(id)
             break
         except leaselock.LeaseHeld:
-            assert old.deadline > -10, "no takeover within 10 s of the old session's deadline"
-            if new.deadline < (LEASE_MS - SKEW_MS) / 2000:
+            assert time.monotonic() < old.deadline + 10, "no takeover within 10 s of the old session's deadline"
+            if new.time_left() < (LEASE_MS - SKEW_MS) / 2000:
                 new.renew()  # the claimer's own session must live meanwhile
             time.sleep(0.05)
     taken_at_ms = time.time() * 1000
     assert taken_at_ms >= old.expires_at_ms + SKEW_MS
-    assert old.deadline < 0 and old_lease.deadline < 0
+    assert old.deadline < time.monotonic() and old_lease.deadline < time.monotonic()
+    assert old.time_left() == 0.0 and old_lease.time_left() == 0.0
     assert (lease.owner, lease.fence, lease.last_seq) == (new.owner, old_lease.fence + 1, 3)
     after = raw_item(dynamodb, session_table_name, id)
     assert after["lease_owner"] == {"S": new.owner} and after["session_epoch"] == {"N": str(new.epoch)}
@@ -331,11 +332,12 @@ def test_a_session_lease_is_cancelled_at_the_sessions_deadline(stable, ids) -> N
     stable.start(id, f"wss://feed.example/{id}")
     session = stable.create_session(owner)
     lease = session.claim(id)
-    assert not lease.cancelled and lease.deadline > 0
+    assert not lease.cancelled and lease.time_left() > 0
     # Nobody renews the session: its leases stop at its deadline, not before and not never.
     wait_for(lambda: lease.cancelled, (LEASE_MS - SKEW_MS) / 1000 + 2, "the session's deadline")
     assert lease.cancel_reason == "Deadline"
-    assert lease.deadline <= 0 and session.deadline <= 0
+    assert lease.deadline <= time.monotonic() and session.deadline <= time.monotonic()
+    assert lease.time_left() == 0.0 and session.time_left() == 0.0
     with pytest.raises(leaselock.LeaseLost):
         lease.checkpoint(1)
     # A renewal by hand moves a session lease's deadline while it is live.
@@ -346,6 +348,6 @@ def test_a_session_lease_is_cancelled_at_the_sessions_deadline(stable, ids) -> N
     for _ in range(3):
         time.sleep(RENEW_MS / 1000)  # the pace of a holder's renewals, not a synchronization
         session2.renew()
-    assert not lease2.cancelled and lease2.deadline > 0
+    assert not lease2.cancelled and lease2.time_left() > 0
     session2.end()
     assert lease2.cancel_reason == "Released"

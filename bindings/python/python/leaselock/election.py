@@ -36,8 +36,9 @@ from .errors import LeaseLost
 from .table import AsyncLeaseTable, LeaseTable
 
 Term = _native.Term
-"""What an elected coroutine is handed: ``fence``, ``key``, ``slot``, ``deadline`` (seconds
-left), ``cancelled``."""
+"""What an elected coroutine is handed: ``fence``, ``key``, ``slot``, ``deadline`` (the
+:func:`time.monotonic` reading at which the term ends), ``time_left()`` (seconds until then, 0.0
+once past), ``cancelled``."""
 
 RedisElection = _native.RedisElection
 """The Redis election store: ``RedisElection(url, *, lease_ms=20_000, renew_ms=5_000,

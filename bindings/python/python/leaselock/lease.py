@@ -1,9 +1,12 @@
 """Held leases and stored items.
 
 A :class:`Lease` (blocking) or :class:`AsyncLease` (coroutines) is what a claim returns. Its
-``deadline`` is the number of seconds left before the owner must stop acting for the work, on
-the monotonic clock (negative once past): the lease is measured from when the last successful
-write was *sent*, less the clock skew, so the owner stops before any other worker may claim.
+``deadline`` is when the owner must stop acting for the work, as a :func:`time.monotonic`
+reading (seconds; the instant Rust's ``Lease::deadline()`` and Node's ``lease.deadline`` name on
+their own monotonic clocks), and ``time_left()`` the seconds from now until then (0.0 once
+past): the lease is measured from when the last successful write was *sent*, less the clock
+skew, so the owner stops before any other worker may claim. ``asyncio.timeout_at(lease.deadline)``
+bounds a block by it.
 """
 
 from __future__ import annotations
@@ -65,8 +68,13 @@ class _LeaseView:
 
     @property
     def deadline(self) -> float:
-        """Seconds left before the local deadline (monotonic clock; negative once past)."""
+        """The local deadline: the :func:`time.monotonic` reading at which the owner must stop
+        acting (every renewal moves it later)."""
         return self._native.deadline
+
+    def time_left(self) -> float:
+        """Seconds left before :attr:`deadline` (``deadline - time.monotonic()``), 0.0 once past."""
+        return self._native.time_left()
 
     @property
     def cancelled(self) -> bool:

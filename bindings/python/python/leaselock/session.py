@@ -50,9 +50,13 @@ class _SessionView:
 
     @property
     def deadline(self) -> float:
-        """Seconds left before the session's local deadline (monotonic clock; negative once
-        past): every lease held under the session must stop acting by then."""
+        """The session's local deadline, a :func:`time.monotonic` reading: every lease held
+        under the session must stop acting by then."""
         return self._native.deadline
+
+    def time_left(self) -> float:
+        """Seconds left before :attr:`deadline`, 0.0 once past."""
+        return self._native.time_left()
 
     def __repr__(self) -> str:
         return repr(self._native)

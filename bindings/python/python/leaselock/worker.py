@@ -66,8 +66,13 @@ class Connection:
 
     @property
     def deadline(self) -> float:
-        """Seconds left before the local deadline (monotonic clock; negative once past)."""
+        """The local deadline: the :func:`time.monotonic` reading at which the worker must stop
+        acting for the work."""
         return self._native.deadline
+
+    def time_left(self) -> float:
+        """Seconds left before :attr:`deadline`, 0.0 once past."""
+        return self._native.time_left()
 
     def now_ms(self) -> int:
         """The store's time now (epoch ms), as the worker measures it from DynamoDB's answers: stamp
