@@ -1,31 +1,22 @@
-//! The elector: claim (with an optional wait), hold while the action runs (renewing in the
-//! background), cancel at the local deadline, keep the minimum lease, release.
+//! The tokio elector: a driver of the election machine ([`super::machine::Elector`]), which
+//! decides every claim attempt, retry pause, heartbeat, renewal, term boundary, minimum lease and
+//! release. This sends the requests it asks for to the backend, wakes it at its timeouts, runs
+//! the action it elects and cancels the action's [`Term`] when it says so.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::decide::{self, MinLease};
-use super::{slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, Timing};
+use super::machine::{Elector, Ended, Input, Output, Race, Reply, Request, Setup};
+use super::{decide, slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, TermEnd};
 use crate::config::validate_id;
-use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
 use crate::{Error, Lease, Result};
-
-/// Why a term ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TermEnd {
-    /// The action returned while the lease was held.
-    Finished,
-    /// The lease was lost or its local deadline passed; the action was cancelled.
-    Lost,
-    /// A strategic leader stepped down at a term boundary for a better candidate.
-    SteppedDown,
-}
 
 /// What a `run_if_*` call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,17 +94,14 @@ pub struct LeaderElector {
     options: ElectionOptions,
 }
 
-/// A strategic leader's recheck at every term boundary.
-struct StepDown<'a> {
-    election: &'a str,
-    strategy: &'a Strategy,
-    term_ms: u64,
-}
+/// A request in flight: its id and its answer (`None`: given up at its deadline).
+type Pending<'a> = Pin<Box<dyn Future<Output = (u64, Option<Result<Reply>>)> + Send + 'a>>;
 
-/// What a claim attempt within the wait ended in.
-enum Claimed {
-    Lease { lease: Lease, sent_mono: u64 },
-    Skipped(Option<String>),
+/// What a strategic call registers, and where.
+struct Registration<'a> {
+    election: &'a str,
+    candidate: &'a Candidate,
+    ttl: Duration,
 }
 
 impl LeaderElector {
@@ -159,11 +147,7 @@ impl LeaderElector {
     {
         validate_id("name", name)?;
         self.backend.check().await?;
-        let key = self.leader_key(name);
-        match self.claim_within(|| self.backend.claim(&key, &self.owner), self.options.wait).await? {
-            Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
-            Claimed::Lease { lease, sent_mono } => self.hold(lease, sent_mono, action, None).await,
-        }
+        self.drive(Race::Leader { key: self.leader_key(name) }, None, action).await
     }
 
     /// Runs `action` only if this process gets one of the `slots` slots of the group `name`.
@@ -175,11 +159,7 @@ impl LeaderElector {
         validate_id("name", name)?;
         super::validate_slots(slots)?;
         self.backend.check().await?;
-        let key = self.group_key(name);
-        match self.claim_within(|| self.backend.claim_slot(&key, slots, &self.owner), self.options.wait).await? {
-            Claimed::Skipped(holder) => Ok(Outcome::Skipped { holder }),
-            Claimed::Lease { lease, sent_mono } => self.hold(lease, sent_mono, action, None).await,
-        }
+        self.drive(Race::Slot { key: self.group_key(name), slots }, None, action).await
     }
 
     /// Strategic election: registers `candidate` (its id is this elector's owner) for as long as
@@ -205,260 +185,176 @@ impl LeaderElector {
         let timing = self.backend.timing();
         let election = self.candidates_key(name);
         let ttl = self.options.candidate_ttl.unwrap_or(timing.lease);
-        self.backend.register(&election, &candidate, ttl).await?;
-        let heartbeat = async {
-            loop {
-                tokio::time::sleep(ttl / 3).await;
-                if let Err(e) = self.backend.register(&election, &candidate, ttl).await {
-                    warn!(election = %election, error = %e, "candidate refresh failed");
-                }
-            }
+        let race = Race::Elected {
+            key: self.leader_key(name),
+            strategy: strategy.clone(),
+            term_ms: self.options.term.unwrap_or(timing.lease).as_millis() as u64,
+            heartbeat_ms: (ttl / 3).as_millis() as u64,
         };
-        let elect = self.elect(name, &election, strategy, &timing, action);
-        let result = tokio::select! {
-            r = elect => r,
-            _ = heartbeat => unreachable!("the heartbeat never ends"),
-        };
-        if let Err(e) = self.backend.withdraw(&election, &self.owner).await {
-            warn!(election = %election, error = %e, "candidate withdrawal failed");
-        }
-        result
+        let registration = Registration { election: &election, candidate: &candidate, ttl };
+        self.drive(race, Some(registration), action).await
     }
 
-    async fn elect<F, Fut, T>(
+    /// Runs one call's [`Elector`] machine: sends its requests (each concurrently, given up at
+    /// its deadline), wakes it at its timeouts, runs the action it elects and cancels the term
+    /// when it says so.
+    async fn drive<F, Fut, T>(
         &self,
-        name: &str,
-        election: &str,
-        strategy: &Strategy,
-        timing: &Timing,
+        race: Race,
+        registration: Option<Registration<'_>>,
         action: F,
     ) -> Result<Outcome<T>>
     where
         F: FnOnce(Term) -> Fut,
         Fut: Future<Output = T>,
     {
-        let key = self.leader_key(name);
         let clock = self.backend.clock();
-        let wait_until = clock.monotonic_ms() + self.options.wait.as_millis() as u64;
-        loop {
-            let candidates = self.backend.candidates(election).await?;
-            let pick = strategy.pick(&candidates).map(str::to_string);
-            if decide::competes(strategy, &candidates, &self.owner) {
-                match self.claim_within(|| self.backend.claim(&key, &self.owner), Duration::ZERO).await? {
-                    Claimed::Lease { lease, sent_mono } => {
-                        let term_ms = self.options.term.unwrap_or(timing.lease).as_millis() as u64;
-                        let step_down = StepDown { election, strategy, term_ms };
-                        return self.hold(lease, sent_mono, action, Some(step_down)).await;
-                    }
-                    Claimed::Skipped(_) => {}
-                }
-            }
-            let delay = self.retry_pause();
-            if !decide::retry_within_wait(clock.monotonic_ms(), delay, wait_until) {
-                return Ok(Outcome::Skipped { holder: pick });
-            }
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-        }
-    }
-
-    /// A jittered pause between half the retry delay and all of it, in ms.
-    fn retry_pause(&self) -> u64 {
-        decide::retry_pause_ms(self.options.retry_delay.as_millis() as u64, rand::random::<f64>())
-    }
-
-    async fn claim_within<Fut>(&self, claim: impl Fn() -> Fut, wait: Duration) -> Result<Claimed>
-    where
-        Fut: Future<Output = Result<Lease>>,
-    {
-        let clock = self.backend.clock();
-        let wait_until = clock.monotonic_ms() + wait.as_millis() as u64;
-        loop {
-            let sent_mono = clock.monotonic_ms();
-            match claim().await {
-                Ok(lease) => return Ok(Claimed::Lease { lease, sent_mono }),
-                Err(Error::Held { owner, .. }) => {
-                    let delay = self.retry_pause();
-                    if !decide::retry_within_wait(clock.monotonic_ms(), delay, wait_until) {
-                        return Ok(Claimed::Skipped(Some(owner)));
-                    }
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Runs the action under `lease`, renewing it; ends the term at the deadline, on a lost
-    /// renewal or (strategic) at a term boundary; then keeps the minimum lease or releases.
-    async fn hold<F, Fut, T>(
-        &self,
-        lease: Lease,
-        sent_mono: u64,
-        action: F,
-        step_down: Option<StepDown<'_>>,
-    ) -> Result<Outcome<T>>
-    where
-        F: FnOnce(Term) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let fence = lease.fence;
-        debug!(key = %lease.id, fence, owner = %self.owner, "elected");
-        let term = Term {
-            lease: lease.clone(),
-            cancel: CancellationToken::new(),
-            deadline_mono_ms: Arc::new(AtomicU64::new(lease.deadline_mono_ms)),
-            backend: self.backend.clone(),
-        };
         let timing = self.backend.timing();
-        let claim_store_ms = decide::claim_store_ms(lease.expires_at_ms, &timing);
-        let (tx, mut rx) = watch::channel(lease);
-        let keeper = self.keep(&tx, &term, sent_mono, step_down.as_ref());
-        tokio::pin!(keeper);
-        // The minimum lease counts from the action's start (the claim's answer is in), so two
-        // runs are never closer than it whatever the claim's latency.
-        let started_mono = self.backend.clock().monotonic_ms();
-        let started = (started_mono, claim_store_ms + started_mono.saturating_sub(sent_mono));
-        let work = action(term.clone());
-        tokio::pin!(work);
-        let (value, ended) = tokio::select! {
-            v = &mut work => (v, None),
-            end = &mut keeper => {
-                term.cancel.cancel();
-                (work.await, Some(end))
-            }
+        let setup = Setup {
+            owner: self.owner.clone(),
+            race,
+            lease_ms: timing.lease_ms(),
+            renew_ms: timing.renew_ms(),
+            skew_ms: timing.skew_ms(),
+            wait_ms: self.options.wait.as_millis() as u64,
+            retry_delay_ms: self.options.retry_delay.as_millis() as u64,
+            min_lease_ms: self.options.min_lease.as_millis() as u64,
         };
-        let end = match ended {
-            Some(end) => end,
-            None => {
-                // The minimum lease: keep renewing until the stored expiry covers it (then leave
-                // the lease to run out) or until it has passed (then release).
-                let min_ms = self.options.min_lease.as_millis() as u64;
-                let clock = self.backend.clock();
-                let (started_mono, started_store_ms) = started;
-                let kept = async {
-                    loop {
-                        let held = rx.borrow_and_update().clone();
-                        let now = clock.monotonic_ms();
-                        let until =
-                            match decide::min_lease(started_mono, min_ms, now, held.expires_at_ms, started_store_ms) {
-                                MinLease::Release => return true,
-                                MinLease::RunOut => return false,
-                                MinLease::WaitUntil(at) => at,
-                            };
-                        let left = until.saturating_sub(now);
-                        tokio::select! {
-                            _ = rx.changed() => {}
-                            _ = tokio::time::sleep(Duration::from_millis(left)) => {}
+        let mut machine = Elector::new(setup, rand::random(), clock.monotonic_ms());
+        let mut pending: FuturesUnordered<Pending<'_>> = FuturesUnordered::new();
+        let mut action = Some(action);
+        let mut work: Option<Pin<Box<Fut>>> = None;
+        let mut term: Option<Term> = None;
+        let mut value: Option<T> = None;
+        loop {
+            while let Some(output) = machine.poll_output() {
+                match output {
+                    Output::Send { id, request, until_mono_ms } => {
+                        let budget =
+                            until_mono_ms.map(|at| Duration::from_millis(at.saturating_sub(clock.monotonic_ms())));
+                        pending.push(self.send(id, request, budget, registration.as_ref()));
+                    }
+                    Output::Elected { lease } => {
+                        debug!(key = %lease.id, fence = lease.fence, owner = %self.owner, "elected");
+                        let t = Term {
+                            deadline_mono_ms: Arc::new(AtomicU64::new(lease.deadline_mono_ms)),
+                            lease,
+                            cancel: CancellationToken::new(),
+                            backend: self.backend.clone(),
+                        };
+                        if let Some(action) = action.take() {
+                            work = Some(Box::pin(action(t.clone())));
+                        }
+                        term = Some(t);
+                    }
+                    Output::Renewed { lease } => {
+                        if let Some(t) = &term {
+                            t.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
                         }
                     }
-                };
-                let outcome = tokio::select! {
-                    elapsed = kept => Ok(elapsed),
-                    end = &mut keeper => Err(end),
-                };
-                let held = tx.borrow().clone();
-                match outcome {
-                    Ok(true) => self.release(&held).await,
-                    Ok(false) => debug!(fence, "kept to the minimum lease"),
-                    Err(end) => {
-                        term.cancel.cancel();
-                        return Ok(Outcome::Led { fence, value, end });
+                    Output::TermOver { reason } => {
+                        debug!(?reason, "the term is over");
+                        if let Some(t) = &term {
+                            t.cancel.cancel();
+                        }
+                    }
+                    Output::Done { ended } => {
+                        if let Some(t) = &term {
+                            t.cancel.cancel();
+                        }
+                        return match ended {
+                            Ended::Led { fence, end } => match value.take() {
+                                Some(value) => Ok(Outcome::Led { fence, value, end }),
+                                None => Err(Error::Store("the term ended before its action".into())),
+                            },
+                            Ended::Skipped { holder } => Ok(Outcome::Skipped { holder }),
+                            Ended::Failed { error } => Err(error),
+                            Ended::Aborted => Ok(Outcome::Skipped { holder: None }),
+                        };
                     }
                 }
-                TermEnd::Finished
             }
-        };
-        term.cancel.cancel();
-        if end == TermEnd::SteppedDown {
-            let held = tx.borrow().clone();
-            self.release(&held).await;
-        }
-        Ok(Outcome::Led { fence, value, end })
-    }
-
-    async fn release(&self, lease: &Lease) {
-        match self.backend.release(lease).await {
-            Ok(()) => debug!(key = %lease.id, fence = lease.fence, "released"),
-            Err(e) => warn!(key = %lease.id, fence = lease.fence, error = %e, "release failed; the lease runs out"),
-        }
-    }
-
-    /// Renews the lease until the term ends; returns why it ended. Never ends on its own
-    /// otherwise (it is dropped when the action is done). The schedule, the retry policy and
-    /// rule 2 are the [`Keeper`]'s, as for every held lease.
-    async fn keep(
-        &self,
-        tx: &watch::Sender<Lease>,
-        term: &Term,
-        sent_mono: u64,
-        step_down: Option<&StepDown<'_>>,
-    ) -> TermEnd {
-        let clock = self.backend.clock();
-        let timing = self.backend.timing();
-        let claim = Renewal {
-            deadline_mono_ms: tx.borrow().deadline_mono_ms,
-            next_renew_mono_ms: sent_mono + timing.renew_ms(),
-            stopped: false,
-        };
-        let mut keeper = Keeper::from_claim(claim, Upkeep::Renew, timing.renew_ms());
-        let mut next_term = step_down.map(|s| sent_mono + s.term_ms);
-        loop {
-            let now = clock.monotonic_ms();
-            match keeper.poll(now) {
-                Wake::Deadline => return TermEnd::Lost,
-                Wake::SleepUntil(at) => {
-                    let wake = at.min(next_term.unwrap_or(u64::MAX));
-                    tokio::time::sleep(Duration::from_millis(wake.saturating_sub(now))).await;
+            let wake = machine.poll_timeout().map(|at| Duration::from_millis(at.saturating_sub(clock.monotonic_ms())));
+            let running = async {
+                match work.as_mut() {
+                    Some(w) => w.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((id, answer)) = pending.next(), if !pending.is_empty() => {
                     let now = clock.monotonic_ms();
-                    if !keeper.may_act(now) {
-                        return TermEnd::Lost;
+                    match answer {
+                        Some(result) => machine.handle(Input::Answer { id, result }, now),
+                        None => machine.handle_timeout(now),
                     }
-                    if let (Some(at), Some(s)) = (next_term, step_down) {
-                        if now >= at {
-                            match self.backend.candidates(s.election).await {
-                                Ok(c) if decide::steps_down(s.strategy, &c, &self.owner) => {
-                                    debug!(election = %s.election, "a better candidate: stepping down at the term boundary");
-                                    return TermEnd::SteppedDown;
-                                }
-                                Ok(_) => {}
-                                Err(e) => {
-                                    warn!(election = %s.election, error = %e, "candidate list failed; staying on")
-                                }
+                }
+                v = running => {
+                    work = None;
+                    value = Some(v);
+                    machine.handle(Input::Finished, clock.monotonic_ms());
+                }
+                _ = tokio::time::sleep(wake.unwrap_or(Duration::MAX)), if wake.is_some() => {
+                    machine.handle_timeout(clock.monotonic_ms());
+                }
+            }
+        }
+    }
+
+    /// One request of the machine against the backend.
+    fn send<'a>(
+        &'a self,
+        id: u64,
+        request: Request,
+        budget: Option<Duration>,
+        registration: Option<&Registration<'a>>,
+    ) -> Pending<'a> {
+        let backend = &self.backend;
+        let owner = &self.owner;
+        let registration = registration.map(|r| (r.election, r.candidate, r.ttl));
+        Box::pin(async move {
+            let answer = async {
+                let result = match (request, registration) {
+                    (Request::Register, Some((election, candidate, ttl))) => {
+                        backend.register(election, candidate, ttl).await.map(|()| Reply::Done)
+                    }
+                    (Request::Candidates, Some((election, ..))) => {
+                        backend.candidates(election).await.map(Reply::Candidates)
+                    }
+                    (Request::Withdraw, Some((election, ..))) => {
+                        backend.withdraw(election, owner).await.map(|()| Reply::Done)
+                    }
+                    (Request::Register | Request::Candidates | Request::Withdraw, None) => {
+                        Err(Error::invalid("election", "only a strategic election has candidates"))
+                    }
+                    (Request::Claim { key }, _) => backend.claim(&key, owner).await.map(Reply::Lease),
+                    (Request::ClaimSlot { key, slots }, _) => {
+                        backend.claim_slot(&key, slots, owner).await.map(Reply::Lease)
+                    }
+                    (Request::Renew { mut lease }, _) => backend.renew(&mut lease).await.map(|()| Reply::Lease(lease)),
+                    (Request::Release { lease }, _) => {
+                        let released = backend.release(&lease).await;
+                        match &released {
+                            Ok(()) => debug!(key = %lease.id, fence = lease.fence, "released"),
+                            Err(e) => {
+                                warn!(key = %lease.id, fence = lease.fence, error = %e, "release failed; the lease runs out")
                             }
-                            next_term = Some(at + s.term_ms);
                         }
+                        released.map(|()| Reply::Done)
+                    }
+                };
+                if let Err(e) = &result {
+                    if !matches!(e, Error::Held { .. }) {
+                        warn!(error = %e, "election request failed");
                     }
                 }
-                Wake::Renew { until_mono_ms } => {
-                    let mut lease = tx.borrow().clone();
-                    // Rule 2: the renewal is given up at the deadline.
-                    let budget = Duration::from_millis(until_mono_ms.saturating_sub(now));
-                    let answer = match tokio::time::timeout(budget, self.backend.renew(&mut lease)).await {
-                        Ok(answer) => answer,
-                        Err(_) => return TermEnd::Lost,
-                    };
-                    let now = clock.monotonic_ms();
-                    let stop = match &answer {
-                        Ok(()) => {
-                            let renewal = Renewal {
-                                deadline_mono_ms: lease.deadline_mono_ms,
-                                next_renew_mono_ms: decide::next_renew_after_success(lease.deadline_mono_ms, &timing),
-                                stopped: false,
-                            };
-                            term.deadline_mono_ms.store(lease.deadline_mono_ms, Ordering::SeqCst);
-                            tx.send_replace(lease);
-                            keeper.renewed(Ok(renewal), now, rand::random())
-                        }
-                        Err(e) => {
-                            warn!(error = %e, "renewal failed; retrying until the deadline");
-                            keeper.renewed(Err(e), now, rand::random())
-                        }
-                    };
-                    if stop.is_some() {
-                        return TermEnd::Lost;
-                    }
-                }
+                result
+            };
+            match budget {
+                // Rule 2: a renewal is given up at the deadline; the machine's timeout decides.
+                Some(budget) => (id, tokio::time::timeout(budget, answer).await.ok()),
+                None => (id, Some(answer.await)),
             }
-        }
+        })
     }
 }

@@ -20,14 +20,17 @@
 //! # });
 //! ```
 //!
-//! The candidates, the strategies and the elector's decisions ([`decide`]) build without the
-//! native features (for wasm); the elector and the backends need tokio.
+//! The candidates, the strategies, the elector's decisions ([`decide`]) and its machine
+//! ([`machine::Elector`]: every claim attempt, pause, heartbeat, renewal, step-down and release of
+//! a call) build without the native features (for wasm); the tokio elector, which drives the
+//! machine, and the backends need tokio.
 
 pub mod decide;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod elector;
+pub mod machine;
 mod options;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod registry;
@@ -39,7 +42,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
-pub use elector::{LeaderElector, Outcome, Term, TermEnd};
+pub use elector::{LeaderElector, Outcome, Term};
+pub use machine::TermEnd;
 pub use options::ElectionOptions;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub use registry::{CandidateRegistry, MemoryRegistry};

@@ -3,7 +3,7 @@
 use super::Candidate;
 
 /// How a strategic election chooses its leader among the live candidates.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Strategy {
     /// The highest score; ties go to the smallest id.
     HighestScore,
