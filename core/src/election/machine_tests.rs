@@ -365,3 +365,200 @@ fn a_failed_claim_ends_the_call_and_an_abort_ends_the_wait() {
     m.handle(Input::Finished, 60);
     assert_eq!(outs(&mut m), ["#2 release 1"]);
 }
+
+mod vectors {
+    //! The elector trace vectors (`tests/conformance/elector/`): recorded from the scripted
+    //! calls below, replayed here (and by Node's runner through wasm).
+
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::election::vectors::{replay, Recorder, Trace};
+
+    fn dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/elector")
+    }
+
+    /// The id of the request of kind `what` the last step sent.
+    fn sent(r: &Recorder, what: &str) -> u64 {
+        let found = r.last().iter().find(|o| o["output"] == "send" && o["request"]["request"] == what);
+        found.and_then(|o| o["id"].as_u64()).unwrap_or_else(|| panic!("no {what} in {:?}", r.last()))
+    }
+
+    fn answer(id: u64, result: Result<Reply, Error>) -> Option<Input> {
+        Some(Input::Answer { id, result })
+    }
+
+    fn record_all() -> Vec<Trace> {
+        let mut all = Vec::new();
+
+        let mut r = Recorder::new(
+            "leader_claim_renew_release",
+            "A leader claims, renews on the lease's schedule (each renewal given up at the deadline) and releases when its action returns.",
+            setup(leader()),
+            11,
+            100,
+        );
+        let claim = sent(&r, "claim");
+        r.step(110, answer(claim, Ok(Reply::Lease(lease("a", 3, 100)))));
+        r.step(600, None);
+        let renew = sent(&r, "renew");
+        r.step(615, answer(renew, Ok(Reply::Lease(lease("a", 3, 600)))));
+        r.step(1_100, None);
+        let renew = sent(&r, "renew");
+        r.step(1_120, answer(renew, Ok(Reply::Lease(lease("a", 3, 1_100)))));
+        r.step(1_300, Some(Input::Finished));
+        let release = sent(&r, "release");
+        r.step(1_310, answer(release, Ok(Reply::Done)));
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "leader_held_for_the_whole_wait",
+            "Another owner holds the lease: retried after jittered pauses of half the retry delay to all of it, skipped (naming the holder) once the next attempt would start after the wait.",
+            Setup { wait_ms: 600, ..setup(leader()) },
+            12,
+            0,
+        );
+        let mut at = 0;
+        while !r.machine().is_done() {
+            let claim = sent(&r, "claim");
+            r.step(at + 8, answer(claim, Err(held("b"))));
+            if let Some(wake) = r.machine().poll_timeout() {
+                at = wake;
+                r.step(at, None);
+            }
+        }
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "leader_renewal_refused",
+            "A renewal fails (throttled) and is retried with jitter; the retry is refused (Lost): the term is over at once and nothing more is sent or released.",
+            setup(leader()),
+            13,
+            0,
+        );
+        let claim = sent(&r, "claim");
+        r.step(5, answer(claim, Ok(Reply::Lease(lease("a", 1, 0)))));
+        r.step(500, None);
+        let renew = sent(&r, "renew");
+        r.step(520, answer(renew, Err(Error::Throttled)));
+        let retry = r.machine().poll_timeout().unwrap();
+        r.step(retry, None);
+        let renew = sent(&r, "renew");
+        r.step(retry + 10, answer(renew, Err(Error::Lost { id: "leader/job".into() })));
+        r.step(retry + 40, Some(Input::Finished));
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "leader_deadline_without_an_answer",
+            "A renewal never answers: the term is over at the deadline (sent_at + lease - skew of the claim), and the late answer changes nothing.",
+            setup(leader()),
+            14,
+            0,
+        );
+        let claim = sent(&r, "claim");
+        r.step(20, answer(claim, Ok(Reply::Lease(lease("a", 2, 0)))));
+        r.step(500, None);
+        let renew = sent(&r, "renew");
+        r.step(1_799, None);
+        r.step(1_800, None);
+        r.step(1_900, answer(renew, Ok(Reply::Lease(lease("a", 2, 500)))));
+        r.step(1_950, Some(Input::Finished));
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "minimum_lease_kept_then_released",
+            "A 3 s minimum lease on a 2 s lease: the action returns at once, the lease is renewed until the minimum has passed, then released.",
+            Setup { min_lease_ms: 3_000, ..setup(leader()) },
+            15,
+            0,
+        );
+        let claim = sent(&r, "claim");
+        r.step(0, answer(claim, Ok(Reply::Lease(lease("a", 1, 0)))));
+        r.step(100, Some(Input::Finished));
+        while !r.machine().is_done() {
+            let at = r.machine().poll_timeout().unwrap();
+            r.step(at, None);
+            if r.last().iter().any(|o| o["request"]["request"] == "release") {
+                let release = sent(&r, "release");
+                r.step(at + 5, answer(release, Ok(Reply::Done)));
+            } else if r.last().iter().any(|o| o["request"]["request"] == "renew") {
+                let renew = sent(&r, "renew");
+                // Renewed with an expiry short of the minimum (a lagging store's answer).
+                let short = Lease { deadline_mono_ms: at + LEASE - SKEW, ..lease("a", 1, 900) };
+                r.step(at + 5, answer(renew, Ok(Reply::Lease(short))));
+            }
+        }
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "strategic_step_down_at_a_term_boundary",
+            "A strategic call registers, lists, competes and leads; its registration is refreshed every ttl / 3; at the second term boundary a better candidate is listed: the term is over, the lease released, then (once the refresh in flight has answered) the candidate withdrawn.",
+            setup(elected(Strategy::HighestScore)),
+            16,
+            0,
+        );
+        r.step(10, answer(1, Ok(Reply::Done)));
+        r.step(20, answer(sent(&r, "candidates"), Ok(Reply::Candidates(vec![Candidate::new("a", 1.0)]))));
+        r.step(30, answer(sent(&r, "claim"), Ok(Reply::Lease(lease("a", 1, 20)))));
+        r.step(520, None);
+        r.step(530, answer(sent(&r, "renew"), Ok(Reply::Lease(lease("a", 1, 520)))));
+        r.step(610, None);
+        r.step(615, answer(sent(&r, "register"), Ok(Reply::Done)));
+        r.step(1_020, None);
+        let (renew, listing) = (sent(&r, "renew"), sent(&r, "candidates"));
+        r.step(1_025, answer(renew, Ok(Reply::Lease(lease("a", 1, 1_020)))));
+        r.step(1_030, answer(listing, Ok(Reply::Candidates(vec![Candidate::new("a", 1.0)]))));
+        r.step(1_215, None);
+        let refresh = sent(&r, "register");
+        r.step(1_520, None);
+        r.step(1_525, answer(sent(&r, "renew"), Ok(Reply::Lease(lease("a", 1, 1_520)))));
+        r.step(2_020, None);
+        let better = vec![Candidate::new("a", 1.0), Candidate::new("b", 2.0)];
+        r.step(2_030, answer(sent(&r, "candidates"), Ok(Reply::Candidates(better))));
+        r.step(2_040, Some(Input::Finished));
+        r.step(2_050, answer(sent(&r, "release"), Ok(Reply::Done)));
+        r.step(2_060, answer(refresh, Ok(Reply::Done)));
+        r.step(2_070, answer(sent(&r, "withdraw"), Ok(Reply::Done)));
+        all.push(r.finish());
+
+        all
+    }
+
+    #[test]
+    fn elector_trace_vectors_replay() {
+        let dir = dir();
+        let recorded = record_all();
+        for t in &recorded {
+            // Every scripted call runs to its end.
+            let last = t.steps.last().map(|s| s.expect.clone()).unwrap_or_default();
+            assert!(last.iter().any(|o| o["output"] == "done"), "{} does not end: {last:?}", t.name);
+        }
+        if std::env::var_os("LEASELOCK_RECORD_TRACES").is_some() {
+            for t in &recorded {
+                let path = dir.join(format!("{}.json", t.name));
+                std::fs::write(&path, serde_json::to_string_pretty(t).unwrap() + "\n").unwrap();
+            }
+        }
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                if let Err(m) = replay(&trace) {
+                    panic!("{}: {m}", path.display());
+                }
+                replayed += 1;
+            }
+        }
+        assert!(replayed >= recorded.len(), "{replayed} vectors in {}", dir.display());
+        let mut broken = 0;
+        for entry in std::fs::read_dir(dir.join("broken")).unwrap() {
+            let path = entry.unwrap().path();
+            let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert!(replay(&trace).is_err(), "{} replayed although broken", path.display());
+            broken += 1;
+        }
+        assert!(broken >= 1);
+    }
+}

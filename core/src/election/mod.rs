@@ -37,6 +37,7 @@ mod registry;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod store;
 mod strategy;
+pub mod vectors;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
