@@ -92,8 +92,10 @@ export declare class Session {
   readonly owner: string;
   readonly epoch: number;
   readonly expiresAtMs: number;
-  /** When everything held under the session must stop acting, on the `performance.now()` clock. */
+  /** When everything held under the session must stop acting: a `performance.now()` reading, ms. */
   readonly deadline: number;
+  /** Milliseconds left before `deadline` (`deadline - performance.now()`), 0 once past. */
+  timeLeft(): number;
   /**
    * One write for everything held under it; LeaseLostError once it is gone or taken over,
    * and then every lease held under it stops acting at once (its `deadline` passes).
@@ -176,8 +178,13 @@ export declare class Lease {
   readonly lastSeq: number | null;
   readonly url: string | null;
   readonly desiredState: DesiredState | null;
-  /** When the owner must stop acting for the lease, on the `performance.now()` clock. */
+  /**
+   * When the owner must stop acting for the lease: a `performance.now()` reading, ms (the instant
+   * Rust's `Lease::deadline()` and Python's `lease.deadline` name on their monotonic clocks).
+   */
   readonly deadline: number;
+  /** Milliseconds left before `deadline` (`deadline - performance.now()`), 0 once past. */
+  timeLeft(): number;
   /** Session mode: the session the lease is held under. */
   readonly session?: Session;
   /** Under a session, renews the session. */
@@ -195,7 +202,10 @@ export declare class Connection {
   readonly owner: string;
   readonly url: string | null;
   readonly lastSeq: number | null;
+  /** When the worker must stop acting for the work: a `performance.now()` reading, ms. */
   readonly deadline: number;
+  /** Milliseconds left before `deadline`, 0 once past. */
+  timeLeft(): number;
   readonly lease: Lease;
   readonly signal: AbortSignal;
   /** The store's time now (epoch ms), measured from DynamoDB's answers: stamp writes with it. */
@@ -377,8 +387,10 @@ export declare class Term {
   readonly key: string;
   /** The slot held, for group elections; otherwise null. */
   readonly slot: number | null;
-  /** The local deadline, on the `performance.now()` clock. */
+  /** The local deadline: a `performance.now()` reading, ms. */
   readonly deadline: number;
+  /** Milliseconds left before `deadline`, 0 once past. */
+  timeLeft(): number;
   readonly signal: AbortSignal;
   readonly cancelled: boolean;
 }

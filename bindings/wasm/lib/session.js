@@ -41,8 +41,14 @@ class Session {
     return this.#data.expiresAtMs;
   }
 
+  /** When everything held under the session must stop acting: a `performance.now()` reading, ms. */
   get deadline() {
     return this.#data.deadline;
+  }
+
+  /** Milliseconds left before `deadline`, 0 once past. */
+  timeLeft() {
+    return Math.max(0, this.#data.deadline - this.#table.clock.mono());
   }
 
   toJSON() {

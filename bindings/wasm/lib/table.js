@@ -326,8 +326,9 @@ class LeaseTable {
 }
 
 /**
- * A held lease. `deadline` is when the owner must stop acting for it, on the `performance.now()`
- * clock, whatever DynamoDB says. Operations on one lease run one at a time.
+ * A held lease. `deadline` is when the owner must stop acting for it, as a `performance.now()`
+ * reading (ms), whatever DynamoDB says; `timeLeft()` the ms from now until then. Operations on
+ * one lease run one at a time.
  */
 class Lease {
   #table;
@@ -395,8 +396,18 @@ class Lease {
     return this.#data.desiredState;
   }
 
+  /**
+   * When the owner must stop acting for the lease: a `performance.now()` reading, ms (the instant
+   * Rust's `Lease::deadline()` and Python's `lease.deadline` name on their monotonic clocks).
+   * Every renewal moves it later.
+   */
   get deadline() {
     return this.#data.deadline;
+  }
+
+  /** Milliseconds left before `deadline` (`deadline - performance.now()`), 0 once past. */
+  timeLeft() {
+    return Math.max(0, this.#data.deadline - this.#table.clock.mono());
   }
 
   /** The lease's data as plain JSON (what the protocol works on). */

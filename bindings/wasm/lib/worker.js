@@ -56,6 +56,11 @@ class Connection {
     return this.#lease.deadline;
   }
 
+  /** Milliseconds left before `deadline`, 0 once past. */
+  timeLeft() {
+    return this.#lease.timeLeft();
+  }
+
   get lease() {
     return this.#lease;
   }

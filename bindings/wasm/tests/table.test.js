@@ -54,6 +54,46 @@ test('takeover only after expiry + skew, with fence + 1; the stale owner changes
   assert.deepEqual(await rawItem(table, 's1'), before);
 });
 
+test('deadline is the performance.now() instant lease - skew after the claim was sent; timeLeft() counts down to it', async () => {
+  // The instant Rust's Lease::deadline() and Python's lease.deadline name on their own
+  // monotonic clocks (core/tests/deadline.rs, test_lease.py).
+  const table = await freshTable(FAST);
+  const window = table.leaseMs - table.clockSkewMs;
+  const [before, wallBefore] = [performance.now(), Date.now()];
+  const lease = await table.acquire('deadline', { owner: 'a' });
+  const after = performance.now();
+  // Core counts whole milliseconds: up to 1 ms early, never late.
+  assert.ok(lease.deadline >= before + window - 1, `${lease.deadline - before} of ${window}`);
+  assert.ok(lease.deadline <= after + window, `${lease.deadline - after} of ${window}`);
+  // The stored expiry is on the (store's) wall clock, a lease after the same send.
+  assert.ok(lease.expiresAtMs >= wallBefore + table.leaseMs - 1_000, `${lease.expiresAtMs - wallBefore}`);
+  const t0 = performance.now();
+  const left = lease.timeLeft();
+  const t1 = performance.now();
+  assert.ok(left <= lease.deadline - t0 && left >= lease.deadline - t1, `${left}`);
+  // A renewal (sent after the claim's answer came back) moves it later.
+  const first = lease.deadline;
+  await lease.renew();
+  assert.ok(lease.deadline > first);
+  // Past the deadline the time left is 0, never negative.
+  await eventually(() => performance.now() > lease.deadline, window + 1_000, 'the deadline');
+  assert.equal(lease.timeLeft(), 0);
+
+  // A session's deadline means the same, and is its leases' until the session ends.
+  const sessions = await freshTable({ ...FAST, mode: 'session' });
+  await sessions.start('s1', 'ws://127.0.0.1:9/s1');
+  const sentAt = performance.now();
+  const session = await sessions.createSession('w1');
+  const answered = performance.now();
+  assert.ok(session.deadline >= sentAt + window - 1 && session.deadline <= answered + window, `${session.deadline - sentAt}`);
+  const underSession = await session.claim('s1');
+  assert.equal(underSession.deadline, session.deadline);
+  const [s0, sessionLeft, s1] = [performance.now(), session.timeLeft(), performance.now()];
+  assert.ok(sessionLeft <= session.deadline - s0 && sessionLeft >= session.deadline - s1, `${sessionLeft}`);
+  await session.end();
+  assert.equal(underSession.timeLeft(), 0, 'an ended session leaves its leases no time');
+});
+
 test("a stale owner within its deadline is refused by the store's condition, and changes nothing", async () => {
   const table = await freshTable();
   const a = await table.acquire('k', { owner: 'a' });

@@ -98,7 +98,8 @@ async function worker(): Promise<WorkerSnapshot> {
   const handler = async (conn: Connection, signal: AbortSignal): Promise<void> => {
     await conn.checkpoint((conn.lastSeq ?? 0) + 1, { signal });
     const reason: CancelReason | undefined = (signal.reason as LeaseLostError).reason;
-    console.log(conn.id, conn.fence, conn.url, conn.deadline, conn.lease.id, reason);
+    const left: number = conn.timeLeft() + conn.lease.timeLeft() + (conn.lease.session?.timeLeft() ?? 0);
+    console.log(conn.id, conn.fence, conn.url, conn.deadline, left, conn.lease.id, reason);
   };
   const options: WorkerOptions = {
     table: sessions,
@@ -135,7 +136,7 @@ async function worker(): Promise<WorkerSnapshot> {
 async function election(): Promise<void> {
   const options: LeaderElectorOptions = { table, owner: 'w', waitMs: 0 };
   const elector = new LeaderElector(options);
-  const action = async (term: Term, signal: AbortSignal) => term.fence + Number(signal.aborted);
+  const action = async (term: Term, signal: AbortSignal) => term.fence + Number(signal.aborted) + term.timeLeft();
   const led: ElectionOutcome<number> = await elector.runIfLeader('jobs', action);
   const strategy: ElectionStrategy = { preferredNode: 'w' };
   const candidate: CandidateInfo = { score: 1, load: 0, metadata: { zone: 'a' } };
