@@ -274,6 +274,51 @@ def _sources() -> str:
     return "\n".join(text)
 
 
+def test_the_readmes_names_across_languages_are_the_codes() -> None:
+    """Every name of the README's table of names across languages is one its language defines:
+    Rust a function, field or type of core, Python an attribute of the package's classes or an
+    argument of their constructors, Node a member or type of index.d.ts. (Spans after `→` or
+    `:` are types, and spans that are not plain names, such as `time.monotonic()`, are prose.)"""
+    import inspect
+
+    import leaselock
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("\n## Names across languages\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| what")]
+    assert len(rows) == 10, rows
+
+    rust = "\n".join(f.read_text() for f in (ROOT / "core" / "src").rglob("*.rs"))
+    node = (ROOT / "bindings" / "wasm" / "index.d.ts").read_text()
+    python = set(dir(leaselock))
+    for cls in (leaselock.LeaseTable, leaselock.AsyncLeaseTable, leaselock.Lease, leaselock.AsyncLease,
+                leaselock.Session, leaselock.Worker, leaselock.Connection, leaselock.Term):
+        python |= set(dir(cls))
+    for cls in (leaselock.LeaseTable, leaselock.AsyncLeaseTable, leaselock.Worker):
+        python |= set(inspect.signature(cls.__init__).parameters)
+
+    def defined(lang: str, name: str) -> bool:
+        n = re.escape(name)
+        if lang == "rust":
+            return re.search(rf"\b(?:fn|struct|enum|trait)\s+{n}\b|\bpub\s+{n}\s*:", rust) is not None
+        if lang == "python":
+            return name in python
+        return re.search(rf"\b{n}\??\s*[:(]|\b(?:class|interface|type)\s+{n}\b", node) is not None
+
+    checked = 0
+    for row in rows:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+        assert len(cells) == 4, row
+        for lang, cell in zip(("rust", "python", "node"), cells[1:]):
+            for before, span in re.findall(r"(→ |: |^|[^`]*?)`([^`]+)`", cell):
+                if before.endswith(("→ ", ": ")) or not re.fullmatch(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)?", span):
+                    continue
+                for name in span.split("::"):
+                    assert defined(lang, name), f"{lang} has no {name!r} (README, {cells[0]!r})"
+                    checked += 1
+    assert checked >= 40, checked
+
+
 def test_every_variable_flag_and_metric_the_manual_names_exists() -> None:
     """Every LEASELOCK_* variable the manual names is read somewhere in the code; every `--flag`
     it writes alone in backticks is a flag of the leaselock CLI; every worker metric in its
