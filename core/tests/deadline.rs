@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leaselock::election::{ElectionOptions, LeaderElector, MemoryRegistry, StoreElection};
 use leaselock::{Clock, Hold, LeaseStore, ManualClock, MemoryStore, SystemClock, TableConfig};
 
 #[tokio::test]
@@ -61,4 +62,30 @@ async fn time_left_counts_down_on_the_store_clock_to_zero() {
     assert_eq!(hold.time_left(), Duration::ZERO);
     clock.advance(60_000);
     assert_eq!(hold.time_left(), Duration::ZERO, "never negative, never wrapped");
+}
+
+#[tokio::test]
+async fn an_election_terms_deadline_and_time_left_mean_the_same() {
+    let config = TableConfig::default();
+    let window = config.lease_ms() - config.skew_ms();
+    let store = MemoryStore::new(config, Arc::new(SystemClock)).unwrap();
+    let backend = Arc::new(StoreElection::new(store, MemoryRegistry::new(Arc::new(SystemClock))));
+    let elector = LeaderElector::new(backend, "a", ElectionOptions::default()).unwrap();
+    let before = SystemClock.monotonic_ms();
+    let seen = elector
+        .run_if_leader("job", |term| async move {
+            let t0 = SystemClock.monotonic_ms();
+            let left = term.time_left();
+            let t1 = SystemClock.monotonic_ms();
+            (term.deadline_mono_ms(), t0, left, t1)
+        })
+        .await
+        .unwrap();
+    let leaselock::Outcome::Led { value: (deadline, t0, left, t1), .. } = seen else { panic!("not led: {seen:?}") };
+    assert!(
+        (before + window..=t0 + window).contains(&deadline),
+        "{} after the call, {window} the window",
+        deadline - before
+    );
+    assert!(Duration::from_millis(deadline - t1) <= left && left <= Duration::from_millis(deadline - t0), "{left:?}");
 }

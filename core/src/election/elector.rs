@@ -69,6 +69,11 @@ impl Term {
         self.deadline_mono_ms.load(Ordering::SeqCst)
     }
 
+    /// How long the term may still act, on the backend clock: zero once past the deadline.
+    pub fn time_left(&self) -> Duration {
+        Duration::from_millis(self.deadline_mono_ms().saturating_sub(self.backend.clock().monotonic_ms()))
+    }
+
     /// True once the term is over: cancelled, or past the local deadline (checked on the clock
     /// itself, so a process resumed after a pause sees it before any timer has run).
     pub fn is_cancelled(&self) -> bool {
