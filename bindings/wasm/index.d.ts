@@ -279,6 +279,8 @@ export interface WorkerSnapshot {
   sessionEpoch?: number | null;
   /** Session mode: connections claimed from dead sessions. */
   sessionTakeovers?: number;
+  /** Session mode: transactions that took several of a dead session's connections at once. */
+  takeoverTransactions?: number;
   /** Session mode with balance: the most held after claiming (the fair share); else null. */
   claimLimit?: number | null;
   stopping: boolean;

@@ -2,7 +2,7 @@
 
 /// What went wrong with a lease operation. As JSON (the engine's trace vectors) it is an object
 /// with its [`Error::kind`] under `kind` and the variant's fields or message under `detail`.
-#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", content = "detail")]
 pub enum Error {
     /// Someone else holds an unexpired lease (read from the failed write itself, no extra read).

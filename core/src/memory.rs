@@ -588,6 +588,52 @@ impl LeaseStore for MemoryStore {
         Ok(lease)
     }
 
+    /// The transaction's outcome as DynamoDB gives it: the connections still as listed (held
+    /// under the dead session `epoch` of `owner`, at the listed fence) are taken; one that
+    /// changed is left; a session that lives leaves them all.
+    async fn take_over_listed(
+        &self,
+        owner: &str,
+        epoch: u64,
+        listed: Vec<LeaseItem>,
+        session: &Session,
+    ) -> Result<Vec<Option<Lease>>> {
+        validate_id("owner", owner)?;
+        if listed.is_empty() || listed.len() > crate::protocol::TAKE_OVER_MAX {
+            return Err(Error::InvalidInput {
+                field: "listed".into(),
+                message: format!("1 to {} connections, not {}", crate::protocol::TAKE_OVER_MAX, listed.len()),
+            });
+        }
+        let still_listed: Vec<bool> = {
+            let items = self.items.lock().expect("memory store poisoned");
+            let state = self.sessions.lock().expect("memory store poisoned");
+            let cutoff = claim_cutoff(self.clock.now_ms(), &self.config);
+            let lives = self
+                .session_item(&items, owner)
+                .is_some_and(|s| s.fence == epoch && s.expires_at_ms.is_some_and(|e| e >= cutoff));
+            listed
+                .iter()
+                .map(|l| {
+                    let key = self.config.key(&l.id);
+                    !lives
+                        && items.get(&key).is_some_and(|now| {
+                            now.owner.as_deref() == Some(owner)
+                                && now.fence == l.fence
+                                && now.expires_at_ms == Some(HELD_UNDER_SESSION_MS)
+                                && now.desired_state == Some(DesiredState::Started)
+                        })
+                        && state.epochs.get(&key) == Some(&epoch)
+                })
+                .collect()
+        };
+        let mut taken = Vec::with_capacity(listed.len());
+        for (item, still) in listed.iter().zip(still_listed) {
+            taken.push(if still { self.claim_in_session(&item.id, session).await.ok() } else { None });
+        }
+        Ok(taken)
+    }
+
     async fn sessions(&self, below_ms: u64) -> Result<Vec<SessionItem>> {
         let mut items = self.items.lock().expect("memory store poisoned");
         items.catch_up(self.clock.now_ms());

@@ -120,6 +120,8 @@ pub struct PyWorkerSnapshot {
     session_epoch: Option<u64>,
     /// Session mode: connections claimed from dead sessions.
     session_takeovers: u64,
+    /// Session mode: transactions that took several of a dead session's connections at once.
+    takeover_transactions: u64,
     /// Session mode: connections handed over to balance the fleet.
     handed_over: u64,
     /// Session mode with balance: the most held after claiming (the fair share).
@@ -150,6 +152,7 @@ impl From<WorkerSnapshot> for PyWorkerSnapshot {
             hints_received: s.hints_received,
             session_epoch: s.session_epoch,
             session_takeovers: s.session_takeovers,
+            takeover_transactions: s.takeover_transactions,
             handed_over: s.handed_over,
             claim_limit: s.claim_limit,
             stopping: s.stopping,

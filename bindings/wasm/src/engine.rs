@@ -16,7 +16,7 @@ use leaselock::engine::trace::Timing;
 use leaselock::engine::{self, Answer, Command, Engine, Event, HandlerEnd, HintMessage, Now, OpId, Settings, Totals};
 use leaselock::protocol::{
     Acquire, BatchDesiredStates, ClaimInSession, CreateSession, EndSession, Get, Input, Operation, OrphansPage,
-    OwnedBy, Release, RenewSession, RetireSession, Sessions, Step,
+    OwnedBy, Release, RenewSession, RetireSession, Sessions, Step, TakeOverListed,
 };
 use leaselock::worker::decide::CancelReason;
 use leaselock::{Error, Lease, LeaseMode, TableConfig};
@@ -163,6 +163,9 @@ fn operation(request: engine::Op, config: &TableConfig, owner: &str) -> Box<dyn 
         }
         Op::Claim { session: Some(session), listed: Some(l), .. } => {
             running(ClaimInSession::takeover(config, &l.item, l.epoch, &session), Answer::Lease)
+        }
+        Op::TakeOver { owner: dead, epoch, session, listed } => {
+            running(TakeOverListed::new(config, &dead, epoch, listed, &session), Answer::TakenOver)
         }
         Op::ReleaseLease { lease } => running(Ok(Release::new(config, &lease)), |()| Answer::Done),
         Op::Get { id } => running(Get::new(config, &id), Answer::Item),
@@ -531,6 +534,7 @@ impl WorkerEngine {
         if self.engine.config().mode == LeaseMode::Session {
             v["sessionEpoch"] = json!(s.session_epoch);
             v["sessionTakeovers"] = json!(s.session_takeovers);
+            v["takeoverTransactions"] = json!(s.takeover_transactions);
             v["claimLimit"] = json!(s.claim_limit);
         }
         v["stopping"] = json!(s.stopping);
@@ -563,5 +567,6 @@ fn kind_of(request: &engine::Op) -> &'static str {
         Op::RenewSession { .. } => "renewSession",
         Op::EndSession { .. } => "endSession",
         Op::DesiredStates { .. } => "desiredStates",
+        Op::TakeOver { .. } => "takeOver",
     }
 }

@@ -132,6 +132,37 @@ test("a dead session's work is taken over after expiry + skew with fence + 1; th
   assert.deepEqual(await sessionItem(table, 'w1'), staleItem);
 });
 
+test("a Worker takes a dead session's 24 connections in transactions of several, not one each", LIMIT, async (t) => {
+  const table = await freshTable(FAST);
+  const ids = Array.from({ length: 24 }, (_, i) => `d${String(i).padStart(2, '0')}`);
+  await startAll(table, ids);
+  // A session that claims all 24, then is never renewed: dead at its expiry + skew.
+  const dead = await table.createSession('gone');
+  for (const id of ids) {
+    await dead.claim(id);
+  }
+  const counting = countingClient();
+  const { LeaseTable } = leaselock;
+  const onTable = new LeaseTable({ ...FAST, client: counting.sdk, tableName: table.tableName });
+  const { conns, handler } = recorder();
+  const worker = new Worker({ table: onTable, handler, workerId: 'heir', orphanIntervalMs: 200, logger: quiet });
+  const running = worker.run();
+  t.after(() => {
+    worker.shutdown();
+    return running;
+  });
+  await eventually(() => conns.size === 24, 20_000, 'all 24 taken over');
+  for (const id of ids) {
+    assert.equal((await rawItem(table, id)).lease_owner.S, 'heir');
+  }
+  const view = worker.snapshot();
+  assert.equal(view.sessionTakeovers, 24);
+  // At most 16 claims in flight: two transactions or so, each checking the dead session once.
+  const transactions = counting.counts.get('TransactWriteItemsCommand') ?? 0;
+  assert.ok(view.takeoverTransactions >= 2 && view.takeoverTransactions <= 6, `${view.takeoverTransactions} takeover transactions`);
+  assert.ok(transactions >= view.takeoverTransactions && transactions <= 8, `${transactions} TransactWriteItems for 24 connections`);
+});
+
 test('end() frees everything held under the session with one write, and everything held under it stops acting', LIMIT, async () => {
   const table = await freshTable(FAST);
   const ids = ['a', 'b', 'c'];

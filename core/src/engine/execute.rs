@@ -42,6 +42,9 @@ pub async fn execute(store: &dyn LeaseStore, owner: &str, request: Op) -> Answer
         Op::EndSession { session, load } => {
             answer(store.end_session_reporting(&session, load).await.map(|()| Answer::Done))
         }
+        Op::TakeOver { owner: dead, epoch, session, listed } => {
+            answer(store.take_over_listed(&dead, epoch, listed, &session).await.map(Answer::TakenOver))
+        }
         Op::DesiredStates { ids } => {
             answer(store.batch_desired_states(&ids).await.map(|s| Answer::DesiredStates(s.into_iter().collect())))
         }

@@ -1021,6 +1021,7 @@ impl Driver<'_> {
             }
             Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } => *until_mono_ms,
             Op::Claim { .. }
+            | Op::TakeOver { .. }
             | Op::Release { .. }
             | Op::ReleaseLease { .. }
             | Op::CreateSession { .. }
@@ -1105,6 +1106,14 @@ impl Driver<'_> {
                 lease.deadline_mono_ms += skew;
                 if claim && self.s.broken == Broken::FenceNotBumped {
                     lease.fence = 1;
+                }
+            }
+            Answer::TakenOver(taken) => {
+                for lease in taken.iter_mut().flatten() {
+                    lease.deadline_mono_ms += skew;
+                    if self.s.broken == Broken::FenceNotBumped {
+                        lease.fence = 1;
+                    }
                 }
             }
             Answer::Session(session) => session.deadline_mono_ms += skew,

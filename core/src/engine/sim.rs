@@ -278,12 +278,13 @@ enum Due {
     PollEnd(u64),
 }
 
-/// Claims of work listed under one dead session, sent together as one transaction (as the
-/// tokio driver sends the takeovers one drain of the engine's commands holds:
-/// [`LeaseStore::take_over_listed`], one condition check of the dead session for all of them).
+/// An [`Op::TakeOver`]: claims of work listed under one dead session, sent together as one
+/// transaction ([`LeaseStore::take_over_listed`], one condition check of the dead session for
+/// all of them), throttled and billed as one.
 #[derive(Debug)]
 struct Batch {
-    claims: Vec<(u64, Op)>,
+    op: u64,
+    request: Op,
     attempt: u32,
     until_mono_ms: u64,
 }
@@ -521,42 +522,37 @@ impl Sim {
     }
 
     fn drain(&mut self, worker: usize) {
-        // Takeovers of work listed under one dead session, sent together (as the tokio driver does).
-        let mut takeovers: BTreeMap<(String, u64, u64), Vec<(u64, Op)>> = BTreeMap::new();
         while let Some(command) = self.nodes[worker].engine.poll_command() {
             if self.keep_log {
                 self.log.push(Emitted { at_mono_ms: self.clock.monotonic_ms(), worker, command: command.clone() });
             }
             match command {
-                Command::Run { op, request: request @ Op::Claim { session: Some(_), listed: Some(_), .. } } => {
-                    let Op::Claim { session: Some(s), listed: Some(l), .. } = &request else { unreachable!() };
-                    let key = (l.item.owner.clone().unwrap_or_default(), l.epoch, s.epoch);
-                    takeovers.entry(key).or_default().push((op, request));
+                Command::Run { op, request: request @ Op::TakeOver { .. } } => {
+                    let until_mono_ms = self.budget_end(&request);
+                    self.run_batch(worker, Batch { op, request, attempt: 0, until_mono_ms });
                 }
                 command => self.execute(worker, command),
             }
         }
-        for claims in takeovers.into_values() {
-            for chunk in claims.chunks(crate::protocol::TAKE_OVER_MAX) {
-                let until_mono_ms = self.budget_end(&chunk[0].1);
-                if let [(op, request)] = chunk {
-                    self.run_op(worker, Retry { op: *op, request: request.clone(), attempt: 0, until_mono_ms });
-                } else {
-                    self.run_batch(worker, Batch { claims: chunk.to_vec(), attempt: 0, until_mono_ms });
-                }
-            }
-        }
     }
 
-    /// Sends a batch of takeovers: one transaction, throttled as a whole (sent again after the
-    /// protocol's backoff while the budget allows, else each claim fails `Throttled`); each claim
-    /// is answered as the store answers it, billed as a part of the one transaction.
+    /// Sends a takeover transaction, throttled as a whole (sent again after the protocol's
+    /// backoff while the budget allows, else failed `Throttled`) and billed as its claims
+    /// would be, with one condition check of the dead session for all of them.
     fn run_batch(&mut self, worker: usize, batch: Batch) {
         let b = self.behaviour.clone();
-        let owners: Vec<Option<String>> = batch
-            .claims
+        let Op::TakeOver { epoch, session, listed, .. } = &batch.request else { return };
+        let claims: Vec<Op> = listed
             .iter()
-            .map(|(_, request)| match (request, self.account) {
+            .map(|item| Op::Claim {
+                id: item.id.clone(),
+                session: Some(session.clone()),
+                listed: Some(super::Listed { epoch: *epoch, item: item.clone() }),
+            })
+            .collect();
+        let owners: Vec<Option<String>> = claims
+            .iter()
+            .map(|request| match (request, self.account) {
                 (Op::Claim { id, .. }, true) => block_on(self.store.get(id))
                     .ok()
                     .flatten()
@@ -568,7 +564,7 @@ impl Sim {
         // One condition check of the dead session for the whole transaction.
         let charges = |sim: &Self, answers: Option<&[Answer]>| {
             let mut all: Vec<(&'static str, String, f64)> = Vec::new();
-            for (i, (_, request)) in batch.claims.iter().enumerate() {
+            for (i, request) in claims.iter().enumerate() {
                 let answer = answers.map(|a| &a[i]);
                 for c in sim.charges(worker, request, answer, owners[i].as_deref()) {
                     let repeat = c.0 == SESSION_ITEMS && all.iter().any(|a| a.0 == SESSION_ITEMS && a.1 == c.1);
@@ -597,24 +593,29 @@ impl Sim {
                     let next = Batch { attempt: batch.attempt + 1, ..batch };
                     self.queue.insert((mono + b.latency_ms + pause, self.order), (worker, Due::Batch(next)));
                 } else {
-                    for (op, _) in batch.claims {
-                        let answer = Answer::Failed(Error::Throttled);
-                        self.later(worker, b.latency_ms, Event::Answer { op, answer });
-                    }
+                    let answer = Answer::Failed(Error::Throttled);
+                    self.later(worker, b.latency_ms, Event::Answer { op: batch.op, answer });
                 }
                 return;
             }
         }
-        let answers: Vec<Answer> =
-            batch.claims.iter().map(|(_, request)| self.answer(worker, request.clone())).collect();
+        let answer = self.answer(worker, batch.request.clone());
         if self.account {
-            for (place, partition, units) in charges(self, Some(&answers)) {
+            let each: Vec<Answer> = match &answer {
+                Answer::TakenOver(taken) => taken
+                    .iter()
+                    .map(|t| match t {
+                        Some(lease) => Answer::Lease(lease.clone()),
+                        None => Answer::Failed(Error::Store("left by the takeover".into())),
+                    })
+                    .collect(),
+                _ => claims.iter().map(|_| Answer::Failed(Error::Store("takeover failed".into()))).collect(),
+            };
+            for (place, partition, units) in charges(self, Some(&each)) {
                 self.partitions.add(place, &partition, units, now);
             }
         }
-        for ((op, _), answer) in batch.claims.iter().zip(answers) {
-            self.later(worker, b.latency_ms + b.claim_answer_delay_ms, Event::Answer { op: *op, answer });
-        }
+        self.later(worker, b.latency_ms + b.claim_answer_delay_ms, Event::Answer { op: batch.op, answer });
     }
 
     /// The protocol's backoff before attempt `attempt + 1`, with the simulation's jitter.
@@ -701,6 +702,7 @@ impl Sim {
         match request {
             Op::Renew { until_mono_ms, .. } | Op::RenewSession { until_mono_ms, .. } => *until_mono_ms,
             Op::Claim { .. }
+            | Op::TakeOver { .. }
             | Op::Release { .. }
             | Op::ReleaseLease { .. }
             | Op::CreateSession { .. }
@@ -884,7 +886,8 @@ impl Sim {
                 };
                 p.add(OWNER_INDEX_READS, owner, key_read_units(n));
             }
-            Op::Get { .. } | Op::DesiredStates { .. } => {}
+            // Billed as its claims (see `run_batch`).
+            Op::Get { .. } | Op::DesiredStates { .. } | Op::TakeOver { .. } => {}
         }
         std::mem::take(&mut p.0)
     }
@@ -988,6 +991,7 @@ fn op_kind(request: &Op) -> &'static str {
         Op::RenewSession { .. } => "renew_session",
         Op::EndSession { .. } => "end_session",
         Op::DesiredStates { .. } => "desired_states",
+        Op::TakeOver { .. } => "take_over",
     }
 }
 

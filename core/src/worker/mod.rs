@@ -479,9 +479,9 @@ impl Worker {
             if matches!(event, Some(Event::Shutdown)) {
                 driver.stopping.cancel();
             }
-            // Answers ready at the same moment (the claims of one takeover transaction) are all
-            // taken in before the engine's next commands run, so the claims it starts in their
-            // place go out together too (and are taken over together).
+            // Answers ready at the same moment are all taken in before the engine's next
+            // commands run, so the claims it starts in their place go out together too (those
+            // of one dead session as one takeover transaction).
             let mut events: Vec<Event> = event.into_iter().collect();
             if !events.is_empty() {
                 while let Some(Some(ready)) = driver.tasks.next().now_or_never() {
@@ -544,9 +544,6 @@ async fn table_checked(
     }
     true
 }
-
-/// A claim of work listed under a dead session: its op, the listing, the claimant's session.
-type ListedClaim = (engine::OpId, engine::Listed, crate::Session);
 
 /// A held lease as the driver keeps it: the state its handler shares, and its task's abort.
 struct Slot {
@@ -618,54 +615,9 @@ impl Driver {
     }
 
     fn run_commands(&mut self) {
-        // Claims of work listed under one dead session, started together: one transaction.
-        let mut takeovers: HashMap<(String, u64, u64), Vec<ListedClaim>> = HashMap::new();
         loop {
             let Some(command) = self.shared.engine().poll_command() else { break };
-            match command {
-                Command::Run { op, request: Op::Claim { session: Some(session), listed: Some(listed), .. } } => {
-                    let key = (listed.item.owner.clone().unwrap_or_default(), listed.epoch, session.epoch);
-                    takeovers.entry(key).or_default().push((op, listed, session));
-                }
-                command => self.run(command),
-            }
-        }
-        for ((owner, epoch, _), claims) in takeovers {
-            self.take_over(owner, epoch, claims);
-        }
-    }
-
-    /// Runs the claims of work listed under the dead session `epoch` of `owner` as one
-    /// [`LeaseStore::take_over_listed`] (per [`crate::protocol::TAKE_OVER_MAX`]); each claim it
-    /// leaves (the item changed since the listing, the batch failed) is made on its own. The
-    /// engine gets one answer per claim either way.
-    fn take_over(&mut self, owner: String, epoch: u64, claims: Vec<ListedClaim>) {
-        let mut claims = claims.into_iter().peekable();
-        while claims.peek().is_some() {
-            let chunk: Vec<_> = claims.by_ref().take(crate::protocol::TAKE_OVER_MAX).collect();
-            let batch = if chunk.len() > 1 {
-                let (store, owner, session) = (self.store.clone(), owner.clone(), chunk[0].2.clone());
-                let items = chunk.iter().map(|(_, l, _)| l.item.clone()).collect();
-                async move { store.take_over_listed(&owner, epoch, items, &session).await.ok() }.boxed().shared()
-            } else {
-                futures::future::ready(None).boxed().shared()
-            };
-            for (i, (op, listed, session)) in chunk.into_iter().enumerate() {
-                let (batch, store) = (batch.clone(), self.store.clone());
-                self.tasks.push(
-                    async move {
-                        let answer = match batch.await.and_then(|taken| taken.get(i).cloned().flatten()) {
-                            Some(lease) => Answer::Lease(lease),
-                            None => store
-                                .claim_listed_in_session(&listed.item, listed.epoch, &session)
-                                .await
-                                .map_or_else(Answer::Failed, Answer::Lease),
-                        };
-                        Event::Answer { op, answer }
-                    }
-                    .boxed(),
-                );
-            }
+            self.run(command);
         }
     }
 
