@@ -1,13 +1,14 @@
 'use strict';
 // LeaderElector: leader, group and strategic election on the lease table, through the caller's
 // DynamoDBClient. Claims, renewals and releases are the lease protocol's operations; the
-// candidate registry's are the election protocol's; every time and verdict (keys, retry pauses,
-// slot order, strategy picks, term boundaries, renewal schedule, minimum lease) comes from the
-// wasm decisions (core's `election::decide`). This only waits, sends and runs the action.
+// candidate registry's are the election protocol's. Every time and verdict of a call (claim
+// attempts and retry pauses, heartbeats, renewals, term boundaries, the minimum lease, the release
+// and the withdrawal) is core's election machine's (`ElectorMachine`, as the Rust elector drives
+// it); this sends what it asks for, wakes it at its one timeout and runs the action.
 
 const os = require('node:os');
 const wasm = require('../pkg/leaselock_wasm.js');
-const { drive, sleep, clock } = require('./drive');
+const { drive, clock } = require('./drive');
 const { LeaseHeldError, LeaseLostError, LeaseLockError, invalid, toRust } = require('./errors');
 const { call, json, text } = require('./args');
 const { LeaseTable } = require('./table');
@@ -15,24 +16,6 @@ const { LeaseTable } = require('./table');
 /** A unique owner per process: host, pid and a random tail (two electors in one process differ). */
 function defaultOwner() {
   return `${os.hostname()}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-}
-
-/** Resolves at monotonic time `at`, or as soon as any of `signals` aborts. */
-function until(at, ...signals) {
-  const live = signals.filter(Boolean);
-  return new Promise((resolve) => {
-    if (live.some((s) => s.aborted)) {
-      resolve();
-      return;
-    }
-    const done = () => {
-      clearTimeout(timer);
-      live.forEach((s) => s.removeEventListener('abort', done));
-      resolve();
-    };
-    const timer = setTimeout(done, Math.max(0, at - clock.mono()));
-    live.forEach((s) => s.addEventListener('abort', done, { once: true }));
-  });
 }
 
 function skipped(holder) {
@@ -97,8 +80,8 @@ class LeaderElector {
     checkAction(action);
     const key = call(() => this.#rules.leaderKey(text('name', name)));
     await this.#table.checkTable({ signal });
-    const claimed = await this.#claimWithin(() => this.#claim(key, signal), this.#rules.waitMs, signal);
-    return claimed.lease ? this.#hold(claimed, action, null, signal) : skipped(claimed.holder);
+    const machine = this.#rules.leaderMachine(key, seed(), clock.mono());
+    return this.#run(machine, { claim: (id) => this.#claim(id, signal) }, action, signal);
   }
 
   /** Runs `action` only if this process gets one of the `slots` slots of the group `name`. */
@@ -121,8 +104,8 @@ class LeaderElector {
       }
       throw held;
     };
-    const claimed = await this.#claimWithin(claim, this.#rules.waitMs, signal);
-    return claimed.lease ? this.#hold(claimed, action, null, signal) : skipped(claimed.holder);
+    const machine = this.#rules.slotMachine(key, slots, seed(), clock.mono());
+    return this.#run(machine, { claim }, action, signal);
   }
 
   /**
@@ -143,224 +126,211 @@ class LeaderElector {
     const ttl = rules.candidateTtlMs;
     const table = this.#table;
     await table.checkTable({ signal });
-    await drive(call(() => table.rules.registerCandidate(election, entry, ttl)), table.client, signal, undefined, table.clock);
-    const stopHeartbeat = new AbortController();
-    const heartbeat = (async () => {
-      for (;;) {
-        await until(clock.mono() + ttl / 3, stopHeartbeat.signal);
-        if (stopHeartbeat.signal.aborted) {
-          return;
-        }
-        try {
-          const refresh = table.rules.registerCandidate(election, entry, ttl);
-          await drive(refresh, table.client, stopHeartbeat.signal, undefined, table.clock);
-        } catch (e) {
-          if (!stopHeartbeat.signal.aborted) {
-            process.emitWarning(`candidate refresh of ${election} failed: ${e.message}`);
-          }
-        }
-      }
-    })();
-    const list = () => drive(table.rules.listCandidates(election), table.client, signal, undefined, table.clock);
-    try {
-      const waitUntil = clock.mono() + rules.waitMs;
-      for (;;) {
-        const listed = JSON.stringify(await list());
-        if (rules.competes(strategyJson, listed)) {
-          const claimed = await this.#claimWithin(() => this.#claim(key, signal), 0, signal);
-          if (claimed.lease) {
-            const stepDown = { strategyJson, list, termMs: rules.termMs };
-            return await this.#hold(claimed, action, stepDown, signal);
-          }
-        }
-        const delay = rules.retryPauseMs(Math.random());
-        if (!rules.retryWithinWait(clock.mono(), delay, waitUntil)) {
-          return skipped(rules.pick(strategyJson, listed));
-        }
-        await sleep(delay, signal);
-      }
-    } finally {
-      stopHeartbeat.abort();
-      await heartbeat;
-      const withdraw = table.rules.withdrawCandidate(election, rules.owner);
-      await drive(withdraw, table.client, undefined, undefined, table.clock).catch((e) => {
-        process.emitWarning(`candidate withdrawal from ${election} failed: ${e.message}`);
-      });
-    }
+    const run = (op, abort) => drive(op, table.client, abort, undefined, table.clock);
+    const requests = {
+      claim: (id) => this.#claim(id, signal),
+      register: (abort) => run(table.rules.registerCandidate(election, entry, ttl), abort),
+      candidates: (abort) => run(table.rules.listCandidates(election), abort),
+      withdraw: () => run(table.rules.withdrawCandidate(election, rules.owner)),
+      election,
+    };
+    const machine = call(() => rules.electedMachine(key, strategyJson, seed(), clock.mono()));
+    return this.#run(machine, requests, action, signal);
   }
 
   async #claim(id, signal) {
-    const sentMono = clock.mono();
-    const lease = await this.#table.acquire(id, { owner: this.#rules.owner, signal });
-    return { lease, sentMono };
-  }
-
-  /** Claims until it lands or the wait is over (`{ holder }` then); other errors reject. */
-  async #claimWithin(claim, waitMs, signal) {
-    const waitUntil = clock.mono() + waitMs;
-    for (;;) {
-      try {
-        return await claim();
-      } catch (e) {
-        if (!(e instanceof LeaseHeldError)) {
-          throw e;
-        }
-        const delay = this.#rules.retryPauseMs(Math.random());
-        if (!this.#rules.retryWithinWait(clock.mono(), delay, waitUntil)) {
-          return { holder: e.owner };
-        }
-        await sleep(delay, signal);
-      }
-    }
+    return this.#table.acquire(id, { owner: this.#rules.owner, signal });
   }
 
   /**
-   * Runs the action under the claimed lease, renewing it; ends the term at the deadline, on a
-   * lost renewal or (strategic) at a term boundary; then keeps the minimum lease or releases.
+   * Drives one call's machine: sends the requests it asks for (each at once, a renewal given up
+   * at its deadline), feeds their answers back, wakes it at its timeout, runs the action when it
+   * is elected and ends the term's signal when it says so. `outer` (the caller's signal) stops
+   * the wait, or ends the action early (the lease is then kept or released as after a return).
    */
-  async #hold({ lease, sentMono }, action, stepDown, outer) {
-    const rules = this.#rules;
-    const term = new Term(lease);
-    const claimStore = rules.claimStoreMs(lease.expiresAtMs);
-    const stopping = new AbortController();
-    let renewed = () => {};
-    const keeper = this.#keep(lease, term, sentMono, stepDown, stopping.signal, () => renewed());
-    // The caller's signal ends the action early; the lease is then kept or released as usual.
-    const forward = () => term._end('Aborted', outer.reason);
-    outer?.addEventListener('abort', forward, { once: true });
+  async #run(machine, requests, action, outer) {
+    const inbox = [];
+    let wake;
+    const post = (event) => {
+      inbox.push(event);
+      wake?.();
+    };
+    // Only the claims, listings and the first registration can end a call with an error.
+    const fatal = new Map();
+    const send = (out) => {
+      const { id, request } = out;
+      const answer = (result) => post((now) => result(now));
+      const fail = (e, now) => {
+        const rust = e instanceof LeaseHeldError ? JSON.stringify({ kind: 'Held', owner: e.owner }) : toRust(e);
+        machine.failed(id, rust, now);
+      };
+      let sent;
+      switch (request.request) {
+        case 'claim':
+        case 'claim_slot':
+          sent = requests.claim(request.key).then(
+            (lease) => answer((now) => {
+              held = lease;
+              machine.answeredLease(id, JSON.stringify(lease), now);
+            }),
+            (e) => answer((now) => {
+              fatal.set(id, e);
+              fail(e, now);
+            }),
+          );
+          break;
+        case 'renew': {
+          // Rule 2: the renewal is given up at the deadline, one stuck in the network included;
+          // the machine's own timeout at the deadline ends the term.
+          const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(out.until_mono_ms - clock.mono())));
+          sent = held.renew({ signal: atDeadline }).then(
+            () => answer((now) => machine.answeredLease(id, JSON.stringify(held), now)),
+            (e) => {
+              if (!atDeadline.aborted) {
+                answer((now) => fail(e, now));
+              }
+            },
+          );
+          break;
+        }
+        case 'release':
+          sent = held.release().then(
+            () => answer((now) => machine.answered(id, now)),
+            (e) => {
+              if (!(e instanceof LeaseLostError)) {
+                process.emitWarning(`release of ${held.id} failed (${e.message}); the lease runs out`);
+              }
+              answer((now) => machine.answered(id, now));
+            },
+          );
+          break;
+        case 'register':
+        case 'candidates': {
+          const first = request.request === 'register' ? id === 1 : !term;
+          const ask = requests[request.request](first ? outer : undefined);
+          sent = ask.then(
+            (listed) =>
+              answer((now) =>
+                request.request === 'register'
+                  ? machine.answered(id, now)
+                  : machine.answeredCandidates(id, JSON.stringify(listed), now),
+              ),
+            (e) => {
+              if (first) {
+                fatal.set(id, e);
+              } else {
+                process.emitWarning(`${request.request === 'register' ? 'candidate refresh' : 'candidate list'} of ${requests.election} failed (${e.message}); staying on`);
+              }
+              answer((now) => fail(e, now));
+            },
+          );
+          break;
+        }
+        case 'withdraw':
+          sent = requests.withdraw().then(
+            () => answer((now) => machine.answered(id, now)),
+            (e) => {
+              process.emitWarning(`candidate withdrawal from ${requests.election} failed: ${e.message}`);
+              answer((now) => machine.answered(id, now));
+            },
+          );
+          break;
+        default:
+          throw new LeaseLockError(`unknown election request ${request.request}`, 'Store');
+      }
+      return sent;
+    };
+
+    let held;
+    let term;
+    let work;
     let value;
     let failure;
-    let end;
-    // The minimum lease counts from the action's start (the claim's answer is in), so two runs
-    // are never closer than it whatever the claim's latency.
-    const startedMono = clock.mono();
-    const startedStore = claimStore + (startedMono - sentMono);
-    const work = (async () => {
-      try {
-        value = await action(term, term.signal);
-      } catch (e) {
-        failure = e;
-      }
-    })();
-    end = await Promise.race([work.then(() => undefined), keeper]);
-    if (end !== undefined) {
-      await work;
-    } else {
-      // The minimum lease: keep renewing until the stored expiry covers it (then leave the
-      // lease to run out) or until it has passed (then release).
-      let release = false;
-      for (;;) {
-        const step = JSON.parse(rules.minLease(startedMono, clock.mono(), lease.expiresAtMs, startedStore));
-        if (step.step !== 'WaitUntil') {
-          release = step.step === 'Release';
-          break;
-        }
-        const changed = new Promise((resolve) => {
-          renewed = resolve;
-        });
-        const woke = await Promise.race([until(step.at), changed.then(() => 'renewed'), keeper]);
-        if (woke !== undefined && woke !== 'renewed') {
-          end = woke;
-          break;
-        }
-      }
-      if (end === undefined) {
-        stopping.abort();
-        await keeper;
-        if (release) {
-          await this.#release(lease);
-        }
-        end = 'Finished';
-      }
+    const aborted = () => post((now) => machine.abort(now));
+    if (outer?.aborted) {
+      aborted();
     }
-    stopping.abort();
-    await keeper;
-    outer?.removeEventListener('abort', forward);
-    term._end(end === 'Finished' ? 'Released' : end);
-    if (end === 'SteppedDown') {
-      await this.#release(lease);
-    }
-    if (failure !== undefined) {
-      throw failure;
-    }
-    return { led: true, skipped: false, fence: lease.fence, value, end };
-  }
-
-  async #release(lease) {
-    await lease.release().catch((e) => {
-      if (!(e instanceof LeaseLostError)) {
-        process.emitWarning(`release of ${lease.id} failed (${e.message}); the lease runs out`);
-      }
-    });
-  }
-
-  /**
-   * Renews `lease` until the term ends; resolves why it ended (`'Lost'`, `'SteppedDown'`), or
-   * undefined once `stopping` aborts. The schedule, the retry policy and rule 2 are core's
-   * keeper's (`LeaseKeeper`), as for every held lease.
-   */
-  async #keep(lease, term, sentMono, stepDown, stopping, onRenewed) {
-    const rules = this.#rules;
-    const keeper = rules.keeper(lease.deadline, sentMono);
-    let nextTerm = stepDown ? sentMono + stepDown.termMs : Infinity;
-    const lost = () => {
-      term._end('Lost');
-      return 'Lost';
-    };
+    outer?.addEventListener('abort', aborted, { once: true });
     try {
       for (;;) {
-        if (stopping.aborted) {
-          return undefined;
-        }
-        const wake = keeper.poll(clock.mono());
-        if (wake === 'deadline') {
-          return lost();
-        }
-        if (wake !== 'renew') {
-          await until(Math.min(wake, nextTerm), stopping);
-          if (stopping.aborted) {
-            return undefined;
+        for (let o = machine.pollOutput(); o !== undefined; o = machine.pollOutput()) {
+          const out = JSON.parse(o);
+          switch (out.output) {
+            case 'send':
+              send(out);
+              break;
+            case 'elected':
+              term = new Term(held);
+              work = (async () => {
+                try {
+                  value = await action(term, term.signal);
+                } catch (e) {
+                  failure = e;
+                }
+                post((now) => machine.finished(now));
+              })();
+              break;
+            case 'renewed':
+              // The held lease was renewed in place: the term's deadline is its.
+              break;
+            case 'term_over':
+              term._end(out.reason, outer?.reason);
+              break;
+            case 'done':
+              return await this.#ended(out.ended, { term, work, value: () => value, failure: () => failure, fatal, outer });
+            default:
+              throw new LeaseLockError(`unknown election output ${out.output}`, 'Store');
           }
-          const now = clock.mono();
-          if (now >= keeper.deadline) {
-            return lost();
-          }
-          if (stepDown && now >= nextTerm) {
-            try {
-              const listed = JSON.stringify(await stepDown.list());
-              if (rules.stepsDown(stepDown.strategyJson, listed)) {
-                term._end('SteppedDown');
-                return 'SteppedDown';
-              }
-            } catch (e) {
-              process.emitWarning(`candidate list failed (${e.message}); staying on`);
+        }
+        if (inbox.length === 0) {
+          const at = machine.pollTimeout();
+          let timer;
+          await new Promise((resolve) => {
+            wake = resolve;
+            if (at !== undefined) {
+              timer = setTimeout(resolve, Math.max(0, at - clock.mono()));
             }
-            nextTerm += stepDown.termMs;
-          }
-          continue;
+          });
+          wake = undefined;
+          clearTimeout(timer);
         }
-        // Rule 2: the renewal is given up at the deadline, one stuck in the network included.
-        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(keeper.deadline - clock.mono())));
-        let reason;
-        try {
-          await lease.renew({ signal: atDeadline });
-          reason = keeper.renewedUntil(lease.deadline, rules.nextRenewAfterSuccess(lease.deadline), clock.mono(), Math.random());
-          term._renewed(lease);
-          onRenewed();
-        } catch (e) {
-          if (atDeadline.aborted) {
-            return lost();
-          }
-          reason = keeper.failed(toRust(e), clock.mono(), Math.random());
+        const now = clock.mono();
+        for (const event of inbox.splice(0)) {
+          event(now);
         }
-        if (reason !== undefined) {
-          return lost();
-        }
+        machine.handleTimeout(now);
       }
     } finally {
-      keeper.free();
+      outer?.removeEventListener('abort', aborted);
+      machine.free();
     }
   }
+
+  /** What a call's outcome returns (or throws). */
+  async #ended(ended, { term, work, value, failure, fatal, outer }) {
+    switch (ended.outcome) {
+      case 'led':
+        await work;
+        term._end('Released');
+        if (failure() !== undefined) {
+          throw failure();
+        }
+        return { led: true, skipped: false, fence: ended.fence, value: value(), end: ended.end };
+      case 'skipped':
+        return skipped(ended.holder);
+      case 'aborted':
+        throw outer?.reason ?? new LeaseLockError('election aborted', 'Aborted');
+      default: {
+        const errors = [...fatal.values()];
+        throw errors[errors.length - 1] ?? new LeaseLockError(`election failed: ${JSON.stringify(ended.error)}`, 'Store');
+      }
+    }
+  }
+}
+
+/** A seed for a call's random source (its retry jitter). */
+function seed() {
+  return Math.floor(Math.random() * 2 ** 52);
 }
 
 function checkAction(action) {
@@ -377,11 +347,9 @@ function checkAction(action) {
 class Term {
   #lease;
   #controller = new AbortController();
-  #timer;
 
   constructor(lease) {
     this.#lease = lease;
-    this.#arm();
   }
 
   get fence() {
@@ -418,21 +386,7 @@ class Term {
     return this.#controller.signal.aborted || clock.mono() >= this.#lease.deadline;
   }
 
-  // The signal aborts at the deadline on its own timer, even if no renewal result ever comes.
-  #arm() {
-    clearTimeout(this.#timer);
-    const ms = Math.max(0, Math.ceil(this.#lease.deadline - clock.mono()));
-    this.#timer = setTimeout(() => this._end('Deadline'), ms);
-  }
-
-  _renewed() {
-    if (!this.#controller.signal.aborted) {
-      this.#arm();
-    }
-  }
-
   _end(reason, cause) {
-    clearTimeout(this.#timer);
     if (this.#controller.signal.aborted) {
       return;
     }

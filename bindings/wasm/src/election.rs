@@ -1,10 +1,12 @@
 //! Election for JavaScript: the candidate registry's protocol operations (stepped by
-//! `lib/drive.js` like every lease operation) and the elector's decisions
-//! (`leaselock::election::decide`), which `lib/election.js` follows: keys, retry pauses, slot
-//! order, strategy picks, term boundaries, renewal schedule, minimum lease.
+//! `lib/drive.js` like every lease operation), the elector's option checks, keys, slot order and
+//! strategy picks, and the election machine of a call (`leaselock::election::machine`:
+//! `ElectorMachine`), which `lib/election.js` drives: claim attempts, retry pauses, heartbeats,
+//! renewals, term boundaries, the minimum lease, the release and the withdrawal are its.
 
 use std::collections::BTreeMap;
 
+use leaselock::election::machine::{Elector, Input, Race, Reply, Setup};
 use leaselock::election::{decide, Candidate, ElectionOptions, Strategy, Timing};
 use leaselock::protocol::{ListCandidates, RegisterCandidate, WithdrawCandidate};
 use leaselock::{Error, Result};
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
+use crate::lease::JsLease;
 use crate::protocol::{IntoJs, Op};
 use crate::{parse, text, throw, Table};
 
@@ -188,18 +191,6 @@ impl ElectionRules {
         named(name).map(|n| decide::candidates_key(&self.options.key_prefix, n))
     }
 
-    /// A jittered pause before the next claim attempt.
-    #[wasm_bindgen(js_name = retryPauseMs)]
-    pub fn retry_pause_ms(&self, random: f64) -> f64 {
-        decide::retry_pause_ms(self.options.retry_delay.as_millis() as u64, random) as f64
-    }
-
-    /// Whether another attempt after `delay_ms` still starts before `wait_until_mono_ms`.
-    #[wasm_bindgen(js_name = retryWithinWait)]
-    pub fn retry_within_wait(&self, now_mono_ms: f64, delay_ms: f64, wait_until_mono_ms: f64) -> bool {
-        decide::retry_within_wait(now_mono_ms as u64, delay_ms as u64, wait_until_mono_ms as u64)
-    }
-
     /// The slot lease ids of the group `key` in the order to try them; throws for 0 slots.
     #[wasm_bindgen(js_name = slotOrder)]
     pub fn slot_order(&self, key: &str, slots: JsValue, random: f64) -> std::result::Result<Vec<String>, JsValue> {
@@ -227,58 +218,143 @@ impl ElectionRules {
         Ok(text(c))
     }
 
-    /// The id the strategy picks among `candidates_json`, or undefined.
-    pub fn pick(&self, strategy_json: &str, candidates_json: &str) -> std::result::Result<Option<String>, JsValue> {
-        let s = strategy(strategy_json).map_err(|e| throw(&e))?;
-        Ok(s.pick(&candidates(candidates_json)?).map(str::to_string))
+    /// The machine of a `runIfLeader` call on the lease `key`, started at `now_mono_ms`.
+    #[wasm_bindgen(js_name = leaderMachine)]
+    pub fn leader_machine(&self, key: &str, seed: f64, now_mono_ms: f64) -> ElectorMachine {
+        self.machine(Race::Leader { key: key.to_string() }, seed, now_mono_ms)
     }
 
-    /// Whether this elector may compete for the leader lease now.
-    pub fn competes(&self, strategy_json: &str, candidates_json: &str) -> std::result::Result<bool, JsValue> {
-        let s = strategy(strategy_json).map_err(|e| throw(&e))?;
-        Ok(decide::competes(&s, &candidates(candidates_json)?, &self.owner))
+    /// The machine of a `runIfSlot` call on the group `key` of `slots` slots (checked by
+    /// `slotOrder` first).
+    #[wasm_bindgen(js_name = slotMachine)]
+    pub fn slot_machine(&self, key: &str, slots: u32, seed: f64, now_mono_ms: f64) -> ElectorMachine {
+        self.machine(Race::Slot { key: key.to_string(), slots }, seed, now_mono_ms)
     }
 
-    /// Whether this leader steps down at a term boundary.
-    #[wasm_bindgen(js_name = stepsDown)]
-    pub fn steps_down(&self, strategy_json: &str, candidates_json: &str) -> std::result::Result<bool, JsValue> {
-        let s = strategy(strategy_json).map_err(|e| throw(&e))?;
-        Ok(decide::steps_down(&s, &candidates(candidates_json)?, &self.owner))
-    }
-
-    /// The keeper of a term claimed with `deadline_mono_ms`, the claim sent at `sent_mono_ms`:
-    /// renewed a renew interval after the claim, as the Rust elector keeps one.
-    pub fn keeper(&self, deadline_mono_ms: f64, sent_mono_ms: f64) -> crate::keeper::LeaseKeeper {
-        let renew_ms = self.timing.renew_ms();
-        crate::keeper::LeaseKeeper::from_claim(deadline_mono_ms as u64, sent_mono_ms as u64 + renew_ms, renew_ms)
-    }
-
-    #[wasm_bindgen(js_name = nextRenewAfterSuccess)]
-    pub fn next_renew_after_success(&self, deadline_mono_ms: f64) -> f64 {
-        decide::next_renew_after_success(deadline_mono_ms as u64, &self.timing) as f64
-    }
-
-    #[wasm_bindgen(js_name = claimStoreMs)]
-    pub fn claim_store_ms(&self, claimed_expires_at_ms: f64) -> f64 {
-        decide::claim_store_ms(claimed_expires_at_ms as u64, &self.timing) as f64
-    }
-
-    /// The minimum-lease decision: `{ step: "Release" | "RunOut" }` or `{ step: "WaitUntil", at }`.
-    #[wasm_bindgen(js_name = minLease)]
-    pub fn min_lease(
+    /// The machine of a `runIfElected` call for the lease `key` under `strategy_json`.
+    #[wasm_bindgen(js_name = electedMachine)]
+    pub fn elected_machine(
         &self,
-        start_mono_ms: f64,
+        key: &str,
+        strategy_json: &str,
+        seed: f64,
         now_mono_ms: f64,
-        held_expires_at_ms: f64,
-        start_store_ms: f64,
-    ) -> String {
-        text(decide::min_lease(
-            start_mono_ms as u64,
-            self.options.min_lease.as_millis() as u64,
-            now_mono_ms as u64,
-            held_expires_at_ms as u64,
-            start_store_ms as u64,
-        ))
+    ) -> std::result::Result<ElectorMachine, JsValue> {
+        let strategy = strategy(strategy_json).map_err(|e| throw(&e))?;
+        let term_ms = self.term_ms() as u64;
+        let heartbeat_ms = self.candidate_ttl_ms() as u64 / 3;
+        let race = Race::Elected { key: key.to_string(), strategy, term_ms, heartbeat_ms };
+        Ok(self.machine(race, seed, now_mono_ms))
+    }
+
+    fn machine(&self, race: Race, seed: f64, now_mono_ms: f64) -> ElectorMachine {
+        let setup = Setup {
+            owner: self.owner.clone(),
+            race,
+            lease_ms: self.timing.lease_ms(),
+            renew_ms: self.timing.renew_ms(),
+            skew_ms: self.timing.skew_ms(),
+            wait_ms: self.options.wait.as_millis() as u64,
+            retry_delay_ms: self.options.retry_delay.as_millis() as u64,
+            min_lease_ms: self.options.min_lease.as_millis() as u64,
+        };
+        ElectorMachine { machine: Elector::new(setup, seed as u64, mono(now_mono_ms)) }
+    }
+}
+
+fn mono(ms: f64) -> u64 {
+    ms.max(0.0) as u64
+}
+
+/// One election call's machine (`leaselock::election::machine::Elector`). Outputs come out as
+/// JSON text (`pollOutput`: `{ output: "send", id, request, until_mono_ms }`, `elected`,
+/// `renewed`, `term_over` with its `reason`, `done` with how the call `ended`); answers go in by
+/// kind. The trace runner (`tests/elector_traces.test.mjs`) creates it from a trace's setup and
+/// feeds the trace's inputs as they are written (`fromSetup`, `handle`).
+#[wasm_bindgen]
+pub struct ElectorMachine {
+    machine: Elector,
+}
+
+#[wasm_bindgen]
+impl ElectorMachine {
+    /// A machine of `setup_json` (a trace's `setup`).
+    #[wasm_bindgen(js_name = fromSetup)]
+    pub fn from_setup(setup_json: &str, seed: f64, now_mono_ms: f64) -> std::result::Result<ElectorMachine, JsValue> {
+        let setup = parse::<Setup>("setup", setup_json)?;
+        Ok(ElectorMachine { machine: Elector::new(setup, seed as u64, mono(now_mono_ms)) })
+    }
+
+    /// An input as a trace writes it (`{ input: "answer", id, result }`, `finished`, `abort`).
+    pub fn handle(&mut self, input_json: &str, now_mono_ms: f64) -> std::result::Result<(), JsValue> {
+        let input = parse::<Input>("input", input_json)?;
+        self.machine.handle(input, mono(now_mono_ms));
+        Ok(())
+    }
+
+    /// Request `id` is done (a registration, a release, a withdrawal).
+    pub fn answered(&mut self, id: f64, now_mono_ms: f64) {
+        self.answer(id, Ok(Reply::Done), now_mono_ms);
+    }
+
+    /// Request `id` (a claim or a renewal) answered with the lease (`Lease.toJSON()`).
+    #[wasm_bindgen(js_name = answeredLease)]
+    pub fn answered_lease(&mut self, id: f64, lease_json: &str, now_mono_ms: f64) -> std::result::Result<(), JsValue> {
+        let lease = parse::<JsLease>("lease", lease_json)?;
+        self.answer(id, Ok(Reply::Lease(lease.into())), now_mono_ms);
+        Ok(())
+    }
+
+    /// Request `id` (a listing) answered with the candidates (JSON, as `listCandidates` gives).
+    #[wasm_bindgen(js_name = answeredCandidates)]
+    pub fn answered_candidates(
+        &mut self,
+        id: f64,
+        candidates_json: &str,
+        now_mono_ms: f64,
+    ) -> std::result::Result<(), JsValue> {
+        let listed = candidates(candidates_json)?;
+        self.answer(id, Ok(Reply::Candidates(listed)), now_mono_ms);
+        Ok(())
+    }
+
+    /// Request `id` failed with `error_json` (`{ kind, ... }`: `lib/errors.js` `toRust`, and
+    /// the `owner` of a `Held`).
+    pub fn failed(&mut self, id: f64, error_json: &str, now_mono_ms: f64) -> std::result::Result<(), JsValue> {
+        let error = crate::error::from_json(&parse::<Value>("error", error_json)?);
+        self.answer(id, Err(error), now_mono_ms);
+        Ok(())
+    }
+
+    /// The action returned.
+    pub fn finished(&mut self, now_mono_ms: f64) {
+        self.machine.handle(Input::Finished, mono(now_mono_ms));
+    }
+
+    /// The caller's signal aborted.
+    pub fn abort(&mut self, now_mono_ms: f64) {
+        self.machine.handle(Input::Abort, mono(now_mono_ms));
+    }
+
+    #[wasm_bindgen(js_name = handleTimeout)]
+    pub fn handle_timeout(&mut self, now_mono_ms: f64) {
+        self.machine.handle_timeout(mono(now_mono_ms));
+    }
+
+    /// The next output as JSON, or undefined.
+    #[wasm_bindgen(js_name = pollOutput)]
+    pub fn poll_output(&mut self) -> Option<String> {
+        self.machine.poll_output().map(text)
+    }
+
+    /// When (monotonic ms) `handleTimeout` is due next, or undefined.
+    #[wasm_bindgen(js_name = pollTimeout)]
+    pub fn poll_timeout(&self) -> Option<f64> {
+        self.machine.poll_timeout().map(|at| at as f64)
+    }
+
+    fn answer(&mut self, id: f64, result: Result<Reply>, now_mono_ms: f64) {
+        self.machine.handle(Input::Answer { id: id as u64, result }, mono(now_mono_ms));
     }
 }
 

@@ -1,6 +1,7 @@
 //! The held-lease keeper (`leaselock::keeper`) for JavaScript: `lib/keeper.js` renews a lease
-//! held outside a worker (`LeaseTable.using`) and `lib/election.js` an election term when it
-//! says, and each stops at the deadline it keeps (rule 2), with core's one renewal retry policy.
+//! held outside a worker (`LeaseTable.using`) when it says, and stops at the deadline it keeps
+//! (rule 2), with core's one renewal retry policy. (An election term's keeper is inside the
+//! election machine: `ElectorMachine`.)
 
 use leaselock::keeper::{Keeper, Renewal, Upkeep, Wake};
 use leaselock::{Error, Lease, TableConfig};
@@ -18,17 +19,8 @@ fn lease(v: JsValue) -> Result<Lease, JsValue> {
 #[wasm_bindgen]
 pub struct LeaseKeeper {
     keeper: Keeper,
-    /// The table's, for `renewed`; none for an election term's keeper (`renewedUntil`).
-    config: Option<TableConfig>,
-}
-
-impl LeaseKeeper {
-    /// The keeper of a claim acting until `deadline_mono_ms`, renewed next at
-    /// `next_renew_mono_ms`, retries paced by `renew_ms` (as the Rust elector keeps a term).
-    pub(crate) fn from_claim(deadline_mono_ms: u64, next_renew_mono_ms: u64, renew_ms: u64) -> LeaseKeeper {
-        let claim = Renewal { deadline_mono_ms, next_renew_mono_ms, stopped: false };
-        LeaseKeeper { keeper: Keeper::from_claim(claim, Upkeep::Renew, renew_ms), config: None }
-    }
+    /// The table's, for `renewed`.
+    config: TableConfig,
 }
 
 #[wasm_bindgen]
@@ -37,10 +29,7 @@ impl LeaseKeeper {
     #[wasm_bindgen(constructor)]
     pub fn new(table: &Table, lease_data: JsValue) -> Result<LeaseKeeper, JsValue> {
         let lease = lease(lease_data)?;
-        Ok(LeaseKeeper {
-            keeper: Keeper::new(&lease, Upkeep::Renew, &table.config),
-            config: Some(table.config.clone()),
-        })
+        Ok(LeaseKeeper { keeper: Keeper::new(&lease, Upkeep::Renew, &table.config), config: table.config.clone() })
     }
 
     /// What is due at monotonic `now`: a number (sleep until then), `"deadline"` (stop acting:
@@ -62,18 +51,8 @@ impl LeaseKeeper {
     /// A renewal answered with `lease_data` (the lease as renewed): the CancelReason it calls
     /// for (`"Stopped"`), if any.
     pub fn renewed(&mut self, lease_data: JsValue, now_mono_ms: f64, random: f64) -> Result<Option<String>, JsValue> {
-        let config = self.config.as_ref().ok_or_else(|| crate::throw(&Error::invalid("lease", "a term's keeper")))?;
-        let renewal = Renewal::of(&lease(lease_data)?, config);
+        let renewal = Renewal::of(&lease(lease_data)?, &self.config);
         Ok(self.keeper.renewed(Ok(renewal), now_mono_ms as u64, random).map(|r| r.as_str().to_string()))
-    }
-
-    /// A renewal of an election term answered: it acts until `deadline`, renewed next at
-    /// `next_renew` (monotonic ms). The CancelReason it calls for, if any (none today).
-    #[wasm_bindgen(js_name = renewedUntil)]
-    pub fn renewed_until(&mut self, deadline: f64, next_renew: f64, now_mono_ms: f64, random: f64) -> Option<String> {
-        let renewal =
-            Renewal { deadline_mono_ms: deadline as u64, next_renew_mono_ms: next_renew as u64, stopped: false };
-        self.keeper.renewed(Ok(renewal), now_mono_ms as u64, random).map(|r| r.as_str().to_string())
     }
 
     /// A renewal failed with `error_json` (`lib/errors.js` `toRust`): the CancelReason it calls
