@@ -184,7 +184,7 @@ enum Phase {
         id: u64,
         sent_mono: u64,
     },
-    /// Waiting before the next attempt; skipped with `holder` if the wait ends.
+    /// Waiting before the next attempt.
     Pausing {
         until: u64,
     },
@@ -192,7 +192,7 @@ enum Phase {
     /// Strategic: the candidate withdraws (once no refresh is in flight), then the call ends.
     Withdrawing {
         id: Option<u64>,
-        ended: Option<Ended>,
+        ended: Ended,
     },
     Done,
 }
@@ -359,7 +359,7 @@ impl Elector {
     fn end(&mut self, ended: Ended) -> Phase {
         if matches!(self.setup.race, Race::Elected { .. }) {
             self.heartbeat_at = u64::MAX;
-            let mut p = Phase::Withdrawing { id: None, ended: Some(ended) };
+            let mut p = Phase::Withdrawing { id: None, ended };
             if self.heartbeat.is_none() {
                 p = self.withdraw(p);
             }
@@ -469,9 +469,7 @@ impl Elector {
                 Phase::Term(t)
             }
             Phase::Withdrawing { id: Some(w), ended } if w == id => {
-                if let Some(ended) = ended {
-                    self.out.push_back(Output::Done { ended });
-                }
+                self.out.push_back(Output::Done { ended });
                 Phase::Done
             }
             // A late answer to a request given up (a renewal past the deadline, ...).

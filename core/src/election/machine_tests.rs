@@ -522,6 +522,47 @@ mod vectors {
         r.step(2_070, answer(sent(&r, "withdraw"), Ok(Reply::Done)));
         all.push(r.finish());
 
+        let mut r = Recorder::new(
+            "slot_claim_then_abort",
+            "A group call claims a slot; the caller aborts while the action runs: the term is over (Aborted), renewals go on until the action returns, then the lease is released as after any return.",
+            setup(Race::Slot { key: "group/etl".into(), slots: 3 }),
+            17,
+            0,
+        );
+        let slot = Lease { id: "group/etl#slot-2".into(), ..lease("a", 4, 0) };
+        r.step(6, answer(sent(&r, "claim_slot"), Ok(Reply::Lease(slot.clone()))));
+        r.step(300, Some(Input::Abort));
+        r.step(500, None);
+        let renewed = Lease { id: "group/etl#slot-2".into(), ..lease("a", 4, 500) };
+        r.step(510, answer(sent(&r, "renew"), Ok(Reply::Lease(renewed))));
+        r.step(700, Some(Input::Finished));
+        r.step(705, answer(sent(&r, "release"), Ok(Reply::Done)));
+        all.push(r.finish());
+
+        let mut r = Recorder::new(
+            "strategic_not_picked_for_the_whole_wait",
+            "A strategic call the strategy never picks lists the candidates before every attempt and never claims; once the next attempt would start after the wait it withdraws and is skipped, naming the pick.",
+            Setup { wait_ms: 400, ..setup(elected(Strategy::LeastLoaded)) },
+            18,
+            0,
+        );
+        r.step(4, answer(1, Ok(Reply::Done)));
+        let listed = vec![Candidate::new("a", 1.0).load(0.9), Candidate::new("c", 1.0).load(0.1)];
+        while !r.machine().is_done() {
+            if let Some(o) = r.last().iter().find(|o| o["output"] == "send") {
+                let id = o["id"].as_u64().unwrap();
+                let at = r.machine().now + 3;
+                match o["request"]["request"].as_str() {
+                    Some("candidates") => r.step(at, answer(id, Ok(Reply::Candidates(listed.clone())))),
+                    _ => r.step(at, answer(id, Ok(Reply::Done))),
+                };
+            } else {
+                let at = r.machine().poll_timeout().unwrap();
+                r.step(at, None);
+            }
+        }
+        all.push(r.finish());
+
         all
     }
 
