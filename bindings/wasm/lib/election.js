@@ -155,90 +155,67 @@ class LeaderElector {
       inbox.push(event);
       wake?.();
     };
-    // Only the claims, listings and the first registration can end a call with an error.
-    const fatal = new Map();
-    const send = (out) => {
-      const { id, request } = out;
-      const answer = (result) => post((now) => result(now));
-      const fail = (e, now) => {
-        const rust = e instanceof LeaseHeldError ? JSON.stringify({ kind: 'Held', owner: e.owner }) : toRust(e);
-        machine.failed(id, rust, now);
-      };
+    // The error a failed call throws: of a claim, a listing before the term or the first
+    // registration (the only requests whose failure ends a call).
+    let fatal;
+    const send = ({ id, request, until_mono_ms: until }) => {
+      const kind = request.request;
+      const first = kind.startsWith('claim') || (kind === 'register' ? id === 1 : kind === 'candidates' && !term);
+      const done = () => (now) => machine.answered(id, now);
+      let gaveUp = () => false;
       let sent;
-      switch (request.request) {
+      switch (kind) {
         case 'claim':
         case 'claim_slot':
-          sent = requests.claim(request.key).then(
-            (lease) => answer((now) => {
-              held = lease;
-              machine.answeredLease(id, JSON.stringify(lease), now);
-            }),
-            (e) => answer((now) => {
-              fatal.set(id, e);
-              fail(e, now);
-            }),
-          );
+          sent = requests.claim(request.key).then((lease) => (now) => {
+            held = lease;
+            machine.answeredLease(id, JSON.stringify(lease), now);
+          });
           break;
         case 'renew': {
           // Rule 2: the renewal is given up at the deadline, one stuck in the network included;
           // the machine's own timeout at the deadline ends the term.
-          const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(out.until_mono_ms - clock.mono())));
-          sent = held.renew({ signal: atDeadline }).then(
-            () => answer((now) => machine.answeredLease(id, JSON.stringify(held), now)),
-            (e) => {
-              if (!atDeadline.aborted) {
-                answer((now) => fail(e, now));
-              }
-            },
-          );
+          const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(until - clock.mono())));
+          gaveUp = () => atDeadline.aborted;
+          sent = held.renew({ signal: atDeadline }).then(() => (now) => machine.answeredLease(id, JSON.stringify(held), now));
           break;
         }
-        case 'release':
-          sent = held.release().then(
-            () => answer((now) => machine.answered(id, now)),
-            (e) => {
-              if (!(e instanceof LeaseLostError)) {
-                process.emitWarning(`release of ${held.id} failed (${e.message}); the lease runs out`);
-              }
-              answer((now) => machine.answered(id, now));
-            },
-          );
+        case 'candidates':
+          sent = requests
+            .candidates(first ? outer : undefined)
+            .then((listed) => (now) => machine.answeredCandidates(id, JSON.stringify(listed), now));
           break;
         case 'register':
-        case 'candidates': {
-          const first = request.request === 'register' ? id === 1 : !term;
-          const ask = requests[request.request](first ? outer : undefined);
-          sent = ask.then(
-            (listed) =>
-              answer((now) =>
-                request.request === 'register'
-                  ? machine.answered(id, now)
-                  : machine.answeredCandidates(id, JSON.stringify(listed), now),
-              ),
-            (e) => {
-              if (first) {
-                fatal.set(id, e);
-              } else {
-                process.emitWarning(`${request.request === 'register' ? 'candidate refresh' : 'candidate list'} of ${requests.election} failed (${e.message}); staying on`);
-              }
-              answer((now) => fail(e, now));
-            },
-          );
+          sent = requests.register(first ? outer : undefined).then(done);
           break;
-        }
+        case 'release':
+          sent = held.release().then(done);
+          break;
         case 'withdraw':
-          sent = requests.withdraw().then(
-            () => answer((now) => machine.answered(id, now)),
-            (e) => {
-              process.emitWarning(`candidate withdrawal from ${requests.election} failed: ${e.message}`);
-              answer((now) => machine.answered(id, now));
-            },
-          );
+          sent = requests.withdraw().then(done);
           break;
         default:
-          throw new LeaseLockError(`unknown election request ${request.request}`, 'Store');
+          throw new LeaseLockError(`unknown election request ${kind}`, 'Store');
       }
-      return sent;
+      sent.then(post, (e) => {
+        if (gaveUp()) {
+          return;
+        }
+        if (first) {
+          fatal = e;
+        } else if (kind !== 'renew' && !(kind === 'release' && e instanceof LeaseLostError)) {
+          // A failed renewal is retried (or ends the term) as the machine says, silently.
+          const warning = {
+            release: `release of ${held?.id} failed (${e.message}); the lease runs out`,
+            register: `candidate refresh of ${requests.election} failed (${e.message})`,
+            candidates: `candidate list of ${requests.election} failed (${e.message}); staying on`,
+            withdraw: `candidate withdrawal from ${requests.election} failed (${e.message})`,
+          };
+          process.emitWarning(warning[kind]);
+        }
+        const rust = e instanceof LeaseHeldError ? JSON.stringify({ kind: 'Held', owner: e.owner }) : toRust(e);
+        post((now) => machine.failed(id, rust, now));
+      });
     };
 
     let held;
@@ -320,10 +297,8 @@ class LeaderElector {
         return skipped(ended.holder);
       case 'aborted':
         throw outer?.reason ?? new LeaseLockError('election aborted', 'Aborted');
-      default: {
-        const errors = [...fatal.values()];
-        throw errors[errors.length - 1] ?? new LeaseLockError(`election failed: ${JSON.stringify(ended.error)}`, 'Store');
-      }
+      default:
+        throw fatal ?? new LeaseLockError(`election failed: ${JSON.stringify(ended.error)}`, 'Store');
     }
   }
 }
