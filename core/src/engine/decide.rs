@@ -726,6 +726,14 @@ pub fn claim_rate_per_s(shards: u32, workers: usize, seen_whole: Option<f64>) ->
     PARTITION_WRITE_UNITS * CLAIM_BUDGET_SHARE / ORPHAN_UNITS_PER_CLAIM / crowd.max(1.0)
 }
 
+/// How many claims a second one worker of a fleet of `workers` sends of work spread over every
+/// shard (a dead session's listed work, hinted work: ids hash to shards at random): the
+/// fleet's claims land on all `shards` partition values, `workers / shards` claimers each, and
+/// take [`CLAIM_BUDGET_SHARE`] of them between them.
+pub fn spread_claim_rate_per_s(shards: u32, workers: usize) -> f64 {
+    claim_rate_per_s(shards, workers, Some(f64::from(shards.max(1))))
+}
+
 /// How many shards `items` (orphans of one page) are spread over in effect: `(sum n)^2 / sum
 /// n^2` of their counts per shard (k evenly spread shards: k); `None` without orphans.
 pub fn shard_spread(items: &[&LeaseItem], shards: u32) -> Option<f64> {
@@ -1161,6 +1169,14 @@ mod balance_tests {
         // claims share those three.
         assert_eq!(claim_rate_per_s(64, 150, Some(3.0)), whole * 3.0 / 150.0);
         assert_eq!(claim_rate_per_s(64, 2, Some(3.0)), whole);
+        // Work spread over every shard (a dead session's, hinted work): the whole fleet's claims
+        // keep every shard at the budget's share, and a worker sends three times the one-shard
+        // pace (a deploy's hand-over took seconds at that pace).
+        let spread = spread_claim_rate_per_s(64, 150);
+        assert!((spread * 150.0 / 64.0 - whole).abs() < 1e-6, "{spread}");
+        assert!(spread > 3.0 * rate, "{spread} against {rate}");
+        assert_eq!(spread_claim_rate_per_s(1, 150), claim_rate_per_s(1, 150, None));
+        assert_eq!(spread_claim_rate_per_s(64, 10), whole);
         let item = |id: &str| LeaseItem { id: id.into(), ..LeaseItem::default() };
         let ids: Vec<LeaseItem> = (0..600).map(|i| item(&format!("c{i}"))).collect();
         let in_shards = |k: u32| -> Vec<&LeaseItem> {

@@ -803,6 +803,10 @@ pub struct Engine {
     /// as of `claim_tokens_at_mono_ms`; at most one second's worth.
     claim_tokens: f64,
     claim_tokens_at_mono_ms: u64,
+    /// The same for claims of work spread over every shard (takeovers, hinted work): their
+    /// index writes land on as many partition values as there are shards.
+    spread_tokens: f64,
+    spread_tokens_at_mono_ms: u64,
     /// Claims wait for their rate until then.
     claims_paced_until: Option<u64>,
     /// What was tracked when the last session renewal was sent (its report), and when.
@@ -864,6 +868,8 @@ impl Engine {
             seen_whole: None,
             claim_tokens: f64::INFINITY,
             claim_tokens_at_mono_ms: now.mono_ms,
+            spread_tokens: f64::INFINITY,
+            spread_tokens_at_mono_ms: now.mono_ms,
             claims_paced_until: None,
             reported_tracked: 0,
             report_sent_mono_ms: now.mono_ms,
@@ -1952,7 +1958,7 @@ impl Engine {
                 round.queue.retain(|(_, s)| *s == Source::ReclaimOwn);
                 continue;
             }
-            if !self.take_claim_token() {
+            if !self.take_claim_token(source != Source::Orphan) {
                 break;
             }
             round.queue.pop_front();
@@ -2002,7 +2008,10 @@ impl Engine {
     fn claim_done(&mut self, id: &str, source: Source, from: ClaimFrom, outcome: Claim) {
         if outcome == Claim::Conflict {
             // Refused by the item's condition: nothing reached the index.
-            self.claim_tokens += 1.0;
+            match source {
+                Source::Orphan => self.claim_tokens += 1.0,
+                _ => self.spread_tokens += 1.0,
+            }
         }
         match from {
             ClaimFrom::Poll => {
@@ -2049,23 +2058,33 @@ impl Engine {
         }
     }
 
-    /// Session mode paces claims by the orphan index's partitions ([`decide::claim_rate_per_s`]
-    /// for this fleet's size): takes one claim's token, or says when the next is there.
-    fn take_claim_token(&mut self) -> bool {
+    /// Session mode paces claims by the orphan index's partitions: takes one claim's token, or
+    /// says when the next is there. Claims from an orphan page come from one shard at a time
+    /// ([`decide::claim_rate_per_s`] for this fleet's size); `spread`: claims of work spread
+    /// over every shard (a dead session's, hinted work), whose index writes every shard shares
+    /// ([`decide::spread_claim_rate_per_s`]: a worker hands a deploy's or a crash's work on at
+    /// the fleet's pace, not at a one-shard crowd's).
+    fn take_claim_token(&mut self, spread: bool) -> bool {
         if !self.balanced() {
             return true;
         }
-        let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size, self.seen_whole);
+        let (rate, tokens, at) = if spread {
+            let rate = decide::spread_claim_rate_per_s(self.config.orphan_shards, self.fleet_size);
+            (rate, &mut self.spread_tokens, &mut self.spread_tokens_at_mono_ms)
+        } else {
+            let rate = decide::claim_rate_per_s(self.config.orphan_shards, self.fleet_size, self.seen_whole);
+            (rate, &mut self.claim_tokens, &mut self.claim_tokens_at_mono_ms)
+        };
         let now = self.now.mono_ms;
-        let elapsed_s = now.saturating_sub(self.claim_tokens_at_mono_ms) as f64 / 1_000.0;
+        let elapsed_s = now.saturating_sub(*at) as f64 / 1_000.0;
         let burst = rate.max(CLAIM_CONCURRENCY as f64);
-        self.claim_tokens = (self.claim_tokens + elapsed_s * rate).min(burst);
-        self.claim_tokens_at_mono_ms = now;
-        if self.claim_tokens >= 1.0 {
-            self.claim_tokens -= 1.0;
+        *tokens = (*tokens + elapsed_s * rate).min(burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
             return true;
         }
-        let wait_ms = ((1.0 - self.claim_tokens) / rate * 1_000.0).ceil() as u64;
+        let wait_ms = ((1.0 - *tokens) / rate * 1_000.0).ceil() as u64;
         self.claims_paced_until = Some(now + wait_ms.max(1));
         false
     }
@@ -2228,7 +2247,7 @@ impl Engine {
             }
         }
         while batch.in_flight < HINT_CLAIM_CONCURRENCY {
-            if batch.queue.is_empty() || !self.take_claim_token() {
+            if batch.queue.is_empty() || !self.take_claim_token(true) {
                 break;
             }
             let Some(i) = batch.queue.pop_front() else { break };
