@@ -2164,7 +2164,7 @@ impl Engine {
         });
         // A session that ended hints its work once it is free: the round about to read the
         // fleet finds that session dead and takes its work as listed (no first write that the
-        // session's sentinel refuses, and together: one transaction in the tokio driver).
+        // session's sentinel refuses, and together: one [`Op::TakeOver`]).
         if self.session_mode() && round_ahead && !self.stopping && batch.round_wait.is_none() {
             batch.round_wait = Some((self.rounds_planned, self.now.mono_ms + HINT_ROUND_WAIT_MS));
         }
