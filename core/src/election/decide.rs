@@ -1,6 +1,7 @@
 //! The elector's decisions as plain functions of (clocks, what the store said, options): no
-//! tokio, no I/O. The tokio [`LeaderElector`](super::LeaderElector) drives them, and so does the
-//! Node elector through wasm, so every language elects, renews, keeps and steps down alike.
+//! tokio, no I/O. The election machine ([`super::machine::Elector`]) takes them, and the tokio
+//! elector and the Node elector (through wasm) drive the machine, so every language elects,
+//! renews, keeps and steps down alike.
 
 use super::{Candidate, Strategy, Timing};
 
