@@ -269,8 +269,8 @@ fn mono(ms: f64) -> u64 {
 /// One election call's machine (`leaselock::election::machine::Elector`). Outputs come out as
 /// JSON text (`pollOutput`: `{ output: "send", id, request, until_mono_ms }`, `elected`,
 /// `renewed`, `term_over` with its `reason`, `done` with how the call `ended`); answers go in by
-/// kind. The trace runner (`tests/elector_traces.test.mjs`) creates it from a trace's setup and
-/// feeds the trace's inputs as they are written (`fromSetup`, `handle`).
+/// kind. The trace runner (`tests/elector_traces.test.mjs`) makes it as the elector does and
+/// feeds a trace's inputs through the same methods (no JSON reader of the inputs in the wasm).
 #[wasm_bindgen]
 pub struct ElectorMachine {
     machine: Elector,
@@ -278,20 +278,6 @@ pub struct ElectorMachine {
 
 #[wasm_bindgen]
 impl ElectorMachine {
-    /// A machine of `setup_json` (a trace's `setup`).
-    #[wasm_bindgen(js_name = fromSetup)]
-    pub fn from_setup(setup_json: &str, seed: f64, now_mono_ms: f64) -> std::result::Result<ElectorMachine, JsValue> {
-        let setup = parse::<Setup>("setup", setup_json)?;
-        Ok(ElectorMachine { machine: Elector::new(setup, seed as u64, mono(now_mono_ms)) })
-    }
-
-    /// An input as a trace writes it (`{ input: "answer", id, result }`, `finished`, `abort`).
-    pub fn handle(&mut self, input_json: &str, now_mono_ms: f64) -> std::result::Result<(), JsValue> {
-        let input = parse::<Input>("input", input_json)?;
-        self.machine.handle(input, mono(now_mono_ms));
-        Ok(())
-    }
-
     /// Request `id` is done (a registration, a release, a withdrawal).
     pub fn answered(&mut self, id: f64, now_mono_ms: f64) {
         self.answer(id, Ok(Reply::Done), now_mono_ms);
