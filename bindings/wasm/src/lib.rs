@@ -1,5 +1,5 @@
-//! leaselock for Node: the lease protocol, the worker engine and the held-lease keeper compiled
-//! to WebAssembly.
+//! leaselock for Node: the lease protocol, the worker engine, the held-lease keeper and the
+//! election machine compiled to WebAssembly.
 //!
 //! Nothing here does I/O. JavaScript (`bindings/wasm/lib/`) sends the requests an operation asks
 //! for with the user's `DynamoDBClient`, feeds the answers back with its clocks and a random
