@@ -1,8 +1,9 @@
 //! One lease held outside a [`Worker`](crate::Worker): the handle behind a "hold this id while
 //! this block runs" scope, and the held-lease state every holder shares with its upkeep task
-//! (a worker's connections use it too). Optionally renewed in the background on
-//! the [`Keeper`]'s schedule; its token fires at the local deadline, on a lost lease, when the
-//! work is STOPPED and once it is released.
+//! (a worker's connections use it too). Its upkeep task drives the lease's
+//! [`Holder`](crate::holder::Holder) (renewed in the background, watched, or covered by the
+//! session it was claimed under); its token fires at the local deadline, on a lost lease, when
+//! the work is STOPPED, when its session is lost or ended and once it is released.
 //!
 //! ```no_run
 //! # async fn demo() -> leaselock::Result<()> {
@@ -25,11 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::{debug, info};
 
 use crate::engine::decide::CancelReason;
-use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
+use crate::holder::{Holder, Input, Mode, Output, Setup};
+use crate::keeper::Upkeep;
 use crate::{Clock, Error, Lease, LeaseStore, Result};
 
 /// A cancellation token with the first reason it was cancelled for.
@@ -196,81 +199,111 @@ impl HeldLease {
         drop(lease);
         self.note(result)
     }
+}
 
-    fn stopped_on_renewal(&self) {
-        if self.cancel.cancel(CancelReason::Stopped) {
-            info!(connection_id = %self.id, "stopped (seen on renewal)");
+/// A [`Holder`] and the renewal it asked for, shared by a [`Hold`] and its upkeep task.
+#[derive(Debug)]
+struct Holding {
+    machine: Mutex<Machine>,
+    /// Wakes the upkeep task when the holder is told something (a cover, a cancellation).
+    wake: Notify,
+}
+
+#[derive(Debug)]
+struct Machine {
+    holder: Holder,
+    /// The renewal the holder asked for and the task has not sent yet, with its give-up time.
+    renew: Option<(u64, u64)>,
+}
+
+impl Holding {
+    fn new(setup: Setup, lease: &Lease, now_mono_ms: u64) -> Self {
+        let holder = Holder::new(setup, lease, rand::random(), now_mono_ms);
+        Self { machine: Mutex::new(Machine { holder, renew: None }), wake: Notify::new() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Machine> {
+        self.machine.lock().expect("holder poisoned")
+    }
+
+    /// Tells the holder `input` (`None`: only the time) at `now_mono_ms` and does what it says
+    /// to `held` at once; a renewal it asks for is left for the upkeep task.
+    fn handle(&self, held: &HeldLease, input: Option<Input>, now_mono_ms: u64) {
+        let mut m = self.lock();
+        match input {
+            Some(input) => m.holder.handle(input, now_mono_ms),
+            None => m.holder.handle_timeout(now_mono_ms),
+        }
+        while let Some(output) = m.holder.poll_output() {
+            match output {
+                Output::Renew { id, until_mono_ms } => m.renew = Some((id, until_mono_ms)),
+                Output::Covered { deadline_mono_ms } => held.cover(deadline_mono_ms),
+                Output::Cancel { reason } => {
+                    if held.cancel.cancel(reason) && reason == CancelReason::Stopped {
+                        info!(connection_id = %held.id, "stopped (seen on renewal)");
+                    }
+                }
+                Output::Over => m.renew = None,
+            }
         }
     }
 
-    /// The upkeep task: renews on the [`Keeper`]'s schedule (or, with [`Upkeep::Watch`], only
-    /// watches the deadline, which covers and renewals by hand move) until the lease is lost or
-    /// its deadline passes, then cancels the token and returns. A renewal that reports STOPPED
-    /// cancels the token but keeps renewing, so the lease stays ours while the holder winds
-    /// down; so does a holder cancelled for any reason that leaves the lease held (shutdown, a
-    /// hand-over). `renewed` is told of each successful renewal and its latency in ms.
-    pub(crate) async fn keep(&self, store: &dyn LeaseStore, upkeep: Upkeep, mut renewed: impl FnMut(u64)) {
-        let (config, clock) = (store.config(), store.clock());
-        let mut keeper = Keeper::new(&self.current(), upkeep, config);
-        loop {
-            keeper.cover(self.deadline_mono_ms());
-            if self.cancel.is_gone() {
+    /// [`Holding::handle`] from the holder's side: the upkeep task is woken to see it.
+    fn tell(&self, held: &HeldLease, input: Input, now_mono_ms: u64) {
+        self.handle(held, Some(input), now_mono_ms);
+        self.wake.notify_one();
+    }
+}
+
+/// The upkeep task: drives the [`Holder`] of `held` (renewing on its schedule, or with
+/// [`Mode::Watch`] and [`Mode::Session`] only watching the deadline, which covers and renewals
+/// by hand move) until it is over (lost, past the deadline or given up). A renewal that reports
+/// STOPPED cancels the token but keeps renewing, so the lease stays ours while the holder winds
+/// down; so does a holder cancelled for any reason that leaves the lease held (shutdown, a
+/// hand-over).
+async fn keep(store: &dyn LeaseStore, held: &HeldLease, holding: &Holding) {
+    let clock = store.clock();
+    loop {
+        // What the holder's own calls did meanwhile: a renewal or checkpoint by hand moved the
+        // deadline, one past the deadline or refused cancelled the token.
+        if let Some(reason) = held.cancel.reason().filter(|_| held.cancel.is_gone()) {
+            holding.handle(held, Some(Input::Cancel { reason }), clock.monotonic_ms());
+        }
+        holding.handle(held, Some(Input::Cover { deadline_mono_ms: held.deadline_mono_ms() }), clock.monotonic_ms());
+        let (renew, timeout) = {
+            let mut m = holding.lock();
+            if m.holder.is_over() {
                 return;
             }
-            match keeper.poll(clock.monotonic_ms()) {
-                Wake::Deadline => {
-                    self.cancel.cancel(CancelReason::Deadline);
-                    return;
+            (m.renew.take(), m.holder.poll_timeout())
+        };
+        if let Some((id, until_mono_ms)) = renew {
+            // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
+            let answer = tokio::select! {
+                answer = async {
+                    let mut lease = held.lease.lock().await;
+                    store.renew(&mut lease).await.map(|()| lease.clone())
+                } => Some(answer),
+                () = sleep_until_mono(clock, until_mono_ms) => None,
+            };
+            let input = answer.map(|result| {
+                match &result {
+                    Ok(lease) => held.update(lease),
+                    Err(e) => debug!(connection_id = %held.id, error = %e, "renewal failed"),
                 }
-                Wake::SleepUntil(at) => {
-                    let token = self.cancel.token();
-                    if token.is_cancelled() {
-                        sleep_until_mono(clock, at).await;
-                    } else {
-                        tokio::select! {
-                            () = sleep_until_mono(clock, at) => {}
-                            () = token.cancelled() => {}
-                        }
-                    }
-                }
-                Wake::Renew { until_mono_ms } => {
-                    // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-                    let answer = tokio::select! {
-                        answer = async {
-                            let mut lease = self.lease.lock().await;
-                            let started = clock.monotonic_ms();
-                            let result = store.renew(&mut lease).await;
-                            result.map(|()| (lease.clone(), clock.monotonic_ms().saturating_sub(started)))
-                        } => answer,
-                        () = sleep_until_mono(clock, until_mono_ms) => {
-                            self.cancel.cancel(CancelReason::Deadline);
-                            return;
-                        }
-                    };
-                    let now = clock.monotonic_ms();
-                    let stop = match &answer {
-                        Ok((lease, latency)) => {
-                            self.update(lease);
-                            renewed(*latency);
-                            keeper.renewed(Ok(Renewal::of(lease, config)), now, rand::random())
-                        }
-                        Err(e) => {
-                            debug!(connection_id = %self.id, error = %e, "renewal failed");
-                            keeper.renewed(Err(e), now, rand::random())
-                        }
-                    };
-                    match stop {
-                        // Wind down; the lease stays renewed until the holder has.
-                        Some(CancelReason::Stopped) => self.stopped_on_renewal(),
-                        Some(reason) => {
-                            self.cancel.cancel(reason);
-                            return;
-                        }
-                        None => {}
-                    }
-                }
-            }
+                Input::Answer { id, result }
+            });
+            holding.handle(held, input, clock.monotonic_ms());
+            continue;
         }
+        let Some(at) = timeout else { return };
+        let token = held.cancel.token();
+        tokio::select! {
+            () = sleep_until_mono(clock, at) => {}
+            () = holding.wake.notified() => {}
+            () = token.cancelled(), if !token.is_cancelled() => {}
+        }
+        holding.handle(held, None, clock.monotonic_ms());
     }
 }
 
@@ -279,7 +312,8 @@ impl HeldLease {
 pub struct Hold {
     store: Arc<dyn LeaseStore>,
     held: Arc<HeldLease>,
-    upkeep: Upkeep,
+    holding: Arc<Holding>,
+    mode: Mode,
     keeping: tokio::task::JoinHandle<()>,
 }
 
@@ -287,7 +321,7 @@ impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
             .field("lease", &self.current())
-            .field("upkeep", &self.upkeep)
+            .field("mode", &self.mode)
             .field("cancel_reason", &self.cancel_reason())
             .finish()
     }
@@ -307,12 +341,36 @@ impl Hold {
     /// Holds an already claimed `lease` with `upkeep` (needs a tokio runtime): a task renews it
     /// on schedule, or only watches its deadline, and fires the token when it passes.
     pub fn new(store: Arc<dyn LeaseStore>, lease: Lease, upkeep: Upkeep) -> Self {
+        let mode = match upkeep {
+            Upkeep::Renew => Mode::Renew,
+            Upkeep::Watch => Mode::Watch,
+        };
+        Self::with_mode(store, lease, mode)
+    }
+
+    /// Holds `lease`, just claimed under a session (needs a tokio runtime): it acts until the
+    /// session's deadline, which [`Hold::cover`] moves on every session renewal, and stops at once
+    /// when the session is lost ([`Hold::session_lost`]) or ended ([`Hold::session_ended`]).
+    pub fn in_session(store: Arc<dyn LeaseStore>, lease: Lease) -> Self {
+        Self::with_mode(store, lease, Mode::Session)
+    }
+
+    fn with_mode(store: Arc<dyn LeaseStore>, lease: Lease, mode: Mode) -> Self {
+        let setup = Setup::of(store.config(), mode);
+        let holding = Arc::new(Holding::new(setup, &lease, store.clock().monotonic_ms()));
         let held = Arc::new(HeldLease::new(lease));
         let keeping = tokio::spawn({
-            let (store, held) = (store.clone(), held.clone());
-            async move { held.keep(&*store, upkeep, |_| {}).await }
+            let (store, held, holding) = (store.clone(), held.clone(), holding.clone());
+            async move { keep(&*store, &held, &holding).await }
         });
-        Self { store, held, upkeep, keeping }
+        Self { store, held, holding, mode, keeping }
+    }
+
+    /// Rule 2: whether the holder may act now (before the deadline, the lease neither lost nor
+    /// given up).
+    pub fn may_act(&self) -> bool {
+        let now = self.store.clock().monotonic_ms();
+        !self.held.cancel.is_gone() && self.holding.lock().holder.may_act(now)
     }
 
     /// The lease after the last successful operation.
@@ -347,7 +405,23 @@ impl Hold {
     /// Session mode: a lease claimed under a session acts until the session's deadline, which
     /// every session renewal moves later; this moves the lease's with it (never earlier).
     pub fn cover(&self, deadline_mono_ms: u64) {
-        self.held.cover(deadline_mono_ms);
+        self.tell(Input::Cover { deadline_mono_ms });
+    }
+
+    /// Session mode: the session this lease is held under was lost; the token fires (`Lost`)
+    /// and the holder may not act any more.
+    pub fn session_lost(&self) {
+        self.tell(Input::SessionLost);
+    }
+
+    /// Session mode: the session this lease is held under was ended; the token fires
+    /// (`Released`) and the holder may not act any more.
+    pub fn session_ended(&self) {
+        self.tell(Input::SessionEnded);
+    }
+
+    fn tell(&self, input: Input) {
+        self.holding.tell(&self.held, input, self.store.clock().monotonic_ms());
     }
 
     /// Fires the token without writing anything: the holder must stop acting (session mode: the
@@ -355,6 +429,7 @@ impl Hold {
     /// locally as `Lost`, except a release after `Released`.
     pub fn cancel(&self, reason: CancelReason) {
         self.held.cancel.cancel(reason);
+        self.tell(Input::Cancel { reason });
     }
 
     /// Extends the lease now (the background schedule, if any, carries on from it). Neither the
@@ -373,7 +448,7 @@ impl Hold {
     pub async fn release(&self) -> Result<()> {
         self.keeping.abort();
         let lost = self.cancel_reason() == Some(CancelReason::Lost);
-        self.held.cancel.cancel(CancelReason::Released);
+        self.cancel(CancelReason::Released);
         if lost {
             return Err(self.held.lost());
         }
@@ -400,5 +475,32 @@ mod tests {
         assert!(!cancel.cancel(CancelReason::Lost));
         assert_eq!(cancel.reason(), Some(CancelReason::Stopped));
         assert!(cancel.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_session_lease_stops_at_once_when_its_session_is_lost_or_ended() {
+        use crate::{ManualClock, MemoryStore, TableConfig};
+        let clock = Arc::new(ManualClock::new(1_000));
+        let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new(TableConfig::default(), clock.clone()).unwrap());
+        for (id, lost, reason) in [("s1", true, CancelReason::Lost), ("s2", false, CancelReason::Released)] {
+            let hold = Hold::in_session(store.clone(), store.acquire(id, "a").await.unwrap());
+            let covered = hold.deadline_mono_ms() + 5_000;
+            hold.cover(covered);
+            assert_eq!((hold.deadline_mono_ms(), hold.may_act()), (covered, true));
+            if lost {
+                hold.session_lost();
+            } else {
+                hold.session_ended();
+            }
+            assert_eq!((hold.cancel_reason(), hold.may_act()), (Some(reason), false));
+            assert!(hold.token().is_cancelled());
+            assert!(matches!(hold.checkpoint(1).await, Err(Error::Lost { .. })));
+        }
+        // A lease not held under a session is not a session's to stop.
+        let watched = Hold::new(store.clone(), store.acquire("s3", "a").await.unwrap(), Upkeep::Watch);
+        watched.session_lost();
+        assert_eq!((watched.cancel_reason(), watched.may_act()), (None, true));
+        clock.advance(watched.time_left().as_millis() as u64);
+        assert!(!watched.may_act(), "past the deadline");
     }
 }

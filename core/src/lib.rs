@@ -30,6 +30,7 @@ pub mod error;
 pub mod hint;
 #[cfg(feature = "dynamodb")]
 pub mod hold;
+pub mod holder;
 pub mod keeper;
 pub mod lease;
 pub mod memory;
