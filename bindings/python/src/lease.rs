@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use leaselock::worker::decide::should_release;
-use leaselock::{Clock, Hold, LeaseItem, SystemClock};
+use leaselock::{Hold, LeaseItem};
 use pyo3::prelude::*;
 
 use crate::args::Arg;
@@ -103,7 +103,7 @@ impl PyLease {
     async fn renew_now(hold: Arc<Hold>, session: Option<Arc<SessionShared>>) -> leaselock::Result<()> {
         match session {
             Some(session) => {
-                if hold.cancel_reason().is_some() || hold.deadline_mono_ms() <= SystemClock.monotonic_ms() {
+                if !hold.may_act() {
                     return Err(leaselock::Error::Lost { id: hold.current().id });
                 }
                 session.renew().await

@@ -1,15 +1,15 @@
 //! Session mode for Python: a worker's session (`session/{owner}`, one item renewed for every
 //! connection held under it) and the claims made under it, over core's session operations.
 //!
-//! A lease claimed under a session is a core `Hold` without its own renewal: each session
-//! renewal moves the deadline of every lease held under it (`Hold::cover`), and a lost or ended
-//! session ends them (`Hold::cancel`), so their checkpoints are refused locally from then on.
+//! A lease claimed under a session is a core `Hold` in session mode (`Hold::in_session`: its
+//! holder machine renews nothing): each session renewal moves the deadline of every lease held
+//! under it (`Hold::cover`), and a lost or ended session ends them (`Hold::session_lost`,
+//! `Hold::session_ended`), so their checkpoints are refused locally from then on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use leaselock::keeper::Upkeep;
-use leaselock::{CancelReason, Error, Hold, LeaseStore, Session, SessionItem};
+use leaselock::{Error, Hold, LeaseStore, Session, SessionItem};
 use pyo3::prelude::*;
 
 use crate::args::Arg;
@@ -96,7 +96,7 @@ impl SessionShared {
             }
             Err(e) => {
                 if matches!(e, Error::Lost { .. }) {
-                    self.each_held(|h| h.cancel(CancelReason::Lost));
+                    self.each_held(Hold::session_lost);
                 }
                 Err(e)
             }
@@ -107,7 +107,7 @@ impl SessionShared {
         let session = self.session.lock().await;
         self.ended.store(true, Ordering::SeqCst);
         // Whatever the answer, nothing acts under this session any more.
-        self.each_held(|h| h.cancel(CancelReason::Released));
+        self.each_held(Hold::session_ended);
         self.store.end_session(&session).await
     }
 
@@ -116,12 +116,12 @@ impl SessionShared {
             return Err(self.lost());
         }
         let lease = self.store.claim_in_session(&id, &self.current()).await?;
-        let hold = Arc::new(Hold::new(self.store.clone(), lease, Upkeep::Watch));
+        let hold = Arc::new(Hold::in_session(self.store.clone(), lease));
         // A renewal that landed while the claim was in flight covers it too (same epoch).
         hold.cover(self.current().deadline_mono_ms);
         self.held.lock().expect("session poisoned").push(Arc::downgrade(&hold));
         if self.ended.load(Ordering::SeqCst) {
-            hold.cancel(CancelReason::Released);
+            hold.session_ended();
         }
         Ok(PyLease::under_session(hold, self.clone()))
     }
