@@ -28,7 +28,7 @@ lint:
 	$(CARGO) fmt --all --check
 	scripts/same-features.py leaselock-cli leaselock-python
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p leaselock --no-default-features -- -D warnings
+	$(CARGO) clippy -p leaselock --no-default-features --features sim --lib --example fleet_sim --example explore -- -D warnings
 	scripts/install-wasm-target.sh build -p leaselock --no-default-features --target wasm32-unknown-unknown
 
 # What scripts/local_engine.py changes in moto, checked over HTTP; and wrappers running at once
@@ -172,7 +172,7 @@ bench-write-cost:
 # its orphan and owner indexes as DynamoDB keeps its GSIs, so a query reads what it returns:
 # a few minutes in release on two cores.
 bench-fleet-sim:
-	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --example fleet_sim -- 100000 150 700 5 | python3 bench/merge.py
+	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --features sim --example fleet_sim -- 100000 150 700 5 | python3 bench/merge.py
 
 # The fault explorer (core/examples/explore.rs, leaselock::engine::explore): seeded storms of
 # faults on a simulated fleet, every invariant checked at every step, on two threads until
@@ -181,7 +181,7 @@ bench-fleet-sim:
 # second, violations and the seeds each broken engine took go into the "explore" key.
 EXPLORE_FAULTS ?= 1000000
 bench-explore:
-	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --example explore -- --faults $(EXPLORE_FAULTS) --json | python3 bench/merge.py
+	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --features sim --example explore -- --faults $(EXPLORE_FAULTS) --json | python3 bench/merge.py
 
 # The explorer for as long as you like: EXPLORE_LONG_FAULTS faults (10^8: about 13 hours on 2
 # cores) from seed EXPLORE_FIRST; it stops at the first violation and prints the seed, the shortest
@@ -189,7 +189,7 @@ bench-explore:
 EXPLORE_LONG_FAULTS ?= 100000000
 EXPLORE_FIRST ?= 1000000
 explore-long:
-	$(CARGO) run --release -q -p leaselock --no-default-features --example explore -- --faults $(EXPLORE_LONG_FAULTS) --first $(EXPLORE_FIRST)
+	$(CARGO) run --release -q -p leaselock --no-default-features --features sim --example explore -- --faults $(EXPLORE_LONG_FAULTS) --first $(EXPLORE_FIRST)
 
 # Crash failover (SIGKILL) and graceful hand-over (SIGTERM) distributions, real worker processes;
 # session-mode crash failover at a 5 s session lease, unscaled; writes per connection-hour of both.

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p leaselock-cli
-cargo build --release -q -p leaselock --no-default-features --example fleet_sim
+cargo build --release -q -p leaselock --no-default-features --features sim --example fleet_sim
 bin="${CARGO_TARGET_DIR:-target}/release/leaselock"
 sim="${CARGO_TARGET_DIR:-target}/release/examples/fleet_sim"
 scripts/venv.sh

@@ -115,7 +115,7 @@ fn main() {
     if let Some((seed, s, v)) = &sum.failure {
         eprintln!("FAILED at seed {seed}: {}\nshortest failing prefix ({} faults):\n{s}", v.what, s.faults.len());
         eprintln!(
-            "replay: cargo run --release -p leaselock --no-default-features --example explore -- --seed {seed} --prefix {} --broken {}",
+            "replay: cargo run --release -p leaselock --no-default-features --features sim --example explore -- --seed {seed} --prefix {} --broken {}",
             s.faults.len(),
             name(broken)
         );

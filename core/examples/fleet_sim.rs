@@ -5,7 +5,7 @@
 //! DynamoDB bills them), the store writes per connection-hour, and how long work waited for an
 //! owner. Prints one JSON object (`make bench` merges it into `bench/results/latest.json`).
 //!
-//!     cargo run --release -p leaselock --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed] [shards,...]
+//!     cargo run --release -p leaselock --no-default-features --features sim --example fleet_sim -- [connections] [workers] [max_per_worker] [deployed] [shards,...]
 //!
 //! Partitions throttle as DynamoDB's do (`Behaviour::throttle`: 1,000 write and 3,000 read units
 //! per second per partition value, no burst); `FLEET_SIM_THROTTLE=0` only counts, and

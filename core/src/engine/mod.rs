@@ -20,11 +20,13 @@
 
 pub mod decide;
 mod execute;
+#[cfg(any(test, feature = "sim"))]
 pub mod explore;
 mod hint_batch;
 mod orphan_round;
 mod own_session;
 mod report;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 mod takeover;
 pub mod trace;
