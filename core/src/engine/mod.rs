@@ -18,6 +18,7 @@
 //! drives it, tests drive it on a manual clock, and trace vectors (events in, commands out) are
 //! replayed by every driver.
 
+mod balance;
 pub mod decide;
 mod execute;
 #[cfg(any(test, feature = "sim"))]
