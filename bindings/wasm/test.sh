@@ -18,7 +18,8 @@ node --test --test-concurrency=1 \
   tests/example.test.js \
   tests/conformance.test.mjs \
   tests/worker_traces.test.mjs \
-  tests/elector_traces.test.mjs
+  tests/elector_traces.test.mjs \
+  tests/holder_traces.test.mjs
 # The tarball `npm pack` makes, installed into a scratch project, runs the manual's Node sample.
 ../../scripts/npm-pack-check.sh
 # The election tests time real processes against leases: on an engine of their own

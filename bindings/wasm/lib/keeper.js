@@ -1,7 +1,9 @@
 'use strict';
-// Keeps one held lease: renews it when core's keeper (`LeaseKeeper`, the one the worker engine
-// keeps every held lease with) says, and aborts its signal at the local deadline, on a lost
-// lease, on STOP (seen on a renewal) or when told to. This only waits and sends.
+// Keeps one lease held in `LeaseTable.using`: drives core's holder machine (`HolderMachine`:
+// the renewal schedule, retry policy and rule 2 deadline every held lease of every language
+// runs on), sending the renewals it asks for and aborting the signal with the reason it gives
+// (the local deadline, a lost lease, STOP seen on a renewal, or when told to). This only waits
+// and sends.
 
 const wasm = require('../pkg/leaselock_wasm.js');
 const { clock } = require('./drive');
@@ -27,6 +29,7 @@ function abortReason(reason, id) {
 
 class Keeper {
   #lease;
+  #holder;
   #controller = new AbortController();
   #stopping = new AbortController();
   #done;
@@ -40,8 +43,14 @@ class Keeper {
   constructor(lease, outer, onEnd) {
     this.#lease = lease;
     this.#onEnd = onEnd;
+    const seed = Math.floor(Math.random() * 2 ** 52);
+    this.#holder = new wasm.HolderMachine(lease.table.rules, JSON.stringify(lease.toJSON()), 'renew', seed, clock.mono());
     if (outer) {
-      const forward = () => this.#abortWith(outer.reason, 'Shutdown');
+      // The lease stays renewed while the routine winds down (the machine's Shutdown).
+      const forward = () => {
+        this.#abortWith(outer.reason, 'Shutdown');
+        this.#tell((h) => h.cancel('Shutdown', clock.mono()));
+      };
       if (outer.aborted) {
         forward();
       } else {
@@ -49,7 +58,7 @@ class Keeper {
         this.#stopping.signal.addEventListener('abort', () => outer.removeEventListener('abort', forward));
       }
     }
-    this.#done = this.#renewUntilLost();
+    this.#done = this.#keep();
   }
 
   /** Aborts (with the reason) at the deadline, when the lease is lost, on STOP and on `cancel`. */
@@ -63,10 +72,15 @@ class Keeper {
   }
 
   #reason;
+  /** The renewal the machine asked for and not sent yet: `{ id, until }`. */
+  #renew;
+  #over = false;
 
-  /** Aborts the signal with `reason` unless it has aborted already; true if this call did. */
+  /** Tells the machine the holder cancels for `reason`; true if the signal aborted for it. */
   cancel(reason) {
-    return this.#abortWith(abortReason(reason, this.#lease.id), reason);
+    const before = this.#reason;
+    this.#tell((h) => h.cancel(reason, clock.mono()));
+    return before === undefined && this.#reason === reason;
   }
 
   #abortWith(error, reason) {
@@ -77,6 +91,25 @@ class Keeper {
     this.#controller.abort(error);
     this.#onEnd?.(reason);
     return true;
+  }
+
+  /** Feeds the machine (`input(holder)`) and does what it says. */
+  #tell(input) {
+    if (this.#over) {
+      return;
+    }
+    input(this.#holder);
+    for (let o = this.#holder.pollOutput(); o !== undefined; o = this.#holder.pollOutput()) {
+      const out = JSON.parse(o);
+      if (out.output === 'renew') {
+        this.#renew = { id: out.id, until: out.until_mono_ms };
+      } else if (out.output === 'cancel') {
+        this.#abortWith(abortReason(out.reason, this.#lease.id), out.reason);
+      } else if (out.output === 'over') {
+        this.#over = true;
+        this.#renew = undefined;
+      }
+    }
   }
 
   /** Stops renewing (the routine has ended) and waits for a renewal in flight. */
@@ -104,46 +137,36 @@ class Keeper {
     });
   }
 
-  /** Renews when core's keeper says, until the deadline, a lost lease or `stop()`. */
-  async #renewUntilLost() {
+  /** Sends the renewals the machine asks for and wakes it on time, until it is over or `stop()`. */
+  async #keep() {
     const lease = this.#lease;
-    const keeper = new wasm.LeaseKeeper(lease.table.rules, lease.toJSON());
     try {
       for (;;) {
-        if (this.#stopping.signal.aborted) {
+        // A renewal by hand (`lease.renew()`) moved the deadline.
+        this.#tell((h) => h.cover(lease.deadline, clock.mono()));
+        if (this.#over || this.#stopping.signal.aborted) {
           return;
         }
-        const wake = keeper.poll(clock.mono());
-        if (wake === 'deadline') {
-          this.cancel('Deadline');
-          return;
-        }
-        if (wake !== 'renew') {
-          await this.#sleepUntil(wake);
+        const renew = this.#renew;
+        if (renew === undefined) {
+          await this.#sleepUntil(this.#holder.pollTimeout());
+          this.#tell((h) => h.handleTimeout(clock.mono()));
           continue;
         }
+        this.#renew = undefined;
         // Rule 2: nothing may run past the deadline, a renewal stuck in the network included.
-        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(keeper.deadline - clock.mono())));
-        let reason;
+        const atDeadline = AbortSignal.timeout(Math.max(1, Math.ceil(renew.until - clock.mono())));
         try {
           await lease.renew({ signal: atDeadline });
-          reason = keeper.renewed(lease.toJSON(), clock.mono(), Math.random());
+          this.#tell((h) => h.renewed(renew.id, JSON.stringify(lease.toJSON()), clock.mono()));
         } catch (e) {
-          if (atDeadline.aborted) {
-            this.cancel('Deadline');
-            return;
-          }
-          reason = keeper.failed(toRust(e), clock.mono(), Math.random());
-        }
-        if (reason !== undefined) {
-          this.cancel(reason);
-        }
-        if (reason === 'Lost') {
-          return;
+          // Given up at the deadline: the machine's own timeout decides.
+          this.#tell((h) => (atDeadline.aborted ? h.handleTimeout(clock.mono()) : h.failed(renew.id, toRust(e), clock.mono())));
         }
       }
     } finally {
-      keeper.free();
+      this.#over = true;
+      this.#holder.free();
     }
   }
 }

@@ -18,6 +18,8 @@ class Session {
   #serial = new Serial();
   /** Set by end() and by a renewal answered LeaseLostError: nothing acts under it any more. */
   #over = false;
+  /** Whether it is over because it was lost (else ended). */
+  #wasLost = false;
 
   constructor(table, data) {
     this.#table = table;
@@ -70,7 +72,7 @@ class Session {
         this.#data = await this.#table._renewSession(this.#data, signal, load);
       } catch (e) {
         if (e instanceof LeaseLostError) {
-          this.#revokeAll();
+          this.#overAll(true);
         }
         throw e;
       }
@@ -88,7 +90,7 @@ class Session {
   end({ signal, load } = {}) {
     return this.#serial.run(async () => {
       // Whatever the answer, nothing acts under this session any more.
-      this.#revokeAll();
+      this.#overAll(false);
       await this.#table._endSession(this.#data, signal, load);
     });
   }
@@ -107,19 +109,21 @@ class Session {
     lease._cover(this.#data.deadline);
     this.#leases.add(lease);
     if (this.#over) {
-      this.#revokeAll();
+      this.#overAll(this.#wasLost);
     }
     return lease;
   }
 
   /**
-   * The session is over (ended, or lost): every lease held under it stops acting at once (its
-   * deadline passes), as the table already lets others take them.
+   * The session is over (`lost`, or ended): every lease held under it stops acting at once (its
+   * holder machine is told; its deadline passes), as the table already lets others take them.
    */
-  #revokeAll() {
-    this.#over = true;
+  #overAll(lost) {
+    if (!this.#over) {
+      [this.#over, this.#wasLost] = [true, lost];
+    }
     for (const lease of this.#leases) {
-      lease._revoke();
+      lease._sessionOver(this.#wasLost);
     }
     this.#leases.clear();
   }

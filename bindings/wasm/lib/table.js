@@ -336,11 +336,17 @@ class Lease {
   #session;
   #serial = new Serial();
   #released = false;
+  /** Session mode: core's holder machine of the lease, covered and ended by its session. */
+  #holder;
 
   constructor(table, data, session) {
     this.#table = table;
     this.#data = data;
     this.#session = session;
+    if (session !== undefined) {
+      const seed = Math.floor(Math.random() * 2 ** 52);
+      this.#holder = new wasm.HolderMachine(table.rules, JSON.stringify(data), 'session', seed, table.clock.mono());
+    }
   }
 
   /** Session mode: the session the lease is held under (undefined for a per-item lease). */
@@ -348,20 +354,50 @@ class Lease {
     return this.#session;
   }
 
-  /** Internal: the session was renewed; the lease acts until its new deadline. */
+  /**
+   * Internal: the session was renewed; the lease acts until its new deadline (a worker's
+   * connection, which has no holder machine here, is moved by the worker engine's word).
+   */
   _cover(deadline) {
-    if (!this.#released && deadline > this.#data.deadline) {
+    if (this.#holder !== undefined) {
+      this.#tell((h, now) => h.cover(deadline, now));
+    } else if (!this.#released && deadline > this.#data.deadline) {
       this.#data = { ...this.#data, deadline };
     }
   }
 
   /**
-   * Internal: the session it was held under is over (ended or lost): the deadline passes now,
-   * so nothing acts for it, and operations on it are refused without a request.
+   * Internal: the session it was held under is over, `lost` or ended: the holder machine stops
+   * the lease, its deadline passes now, so nothing acts for it, and operations on it are refused
+   * without a request.
    */
-  _revoke() {
-    this.#released = true;
-    this.#data = { ...this.#data, deadline: 0 };
+  _sessionOver(lost) {
+    this.#tell((h, now) => (lost ? h.sessionLost(now) : h.sessionEnded(now)));
+  }
+
+  /** Feeds the lease's holder machine and does what it says. */
+  #tell(input) {
+    const holder = this.#holder;
+    if (holder === undefined) {
+      return;
+    }
+    input(holder, this.#table.clock.mono());
+    for (let o = holder.pollOutput(); o !== undefined; o = holder.pollOutput()) {
+      const out = JSON.parse(o);
+      if (out.output === 'covered') {
+        this.#data = { ...this.#data, deadline: out.deadline_mono_ms };
+      } else if (out.output === 'over') {
+        this.#released = true;
+        this.#data = { ...this.#data, deadline: 0 };
+        this.#drop();
+        return;
+      }
+    }
+  }
+
+  #drop() {
+    this.#holder?.free();
+    this.#holder = undefined;
   }
 
   get table() {
@@ -442,6 +478,7 @@ class Lease {
     return this.#serial.run(async () => {
       await this.#table._release(this.#data, signal);
       this.#released = true;
+      this.#drop();
       this.#session?._forget(this);
     });
   }
