@@ -264,8 +264,8 @@ impl Holding {
 async fn keep(store: &dyn LeaseStore, held: &HeldLease, holding: &Holding) {
     let clock = store.clock();
     loop {
-        // What the holder's own calls did meanwhile: a renewal or checkpoint by hand moved the
-        // deadline, one past the deadline or refused cancelled the token.
+        // What the holder's own calls did meanwhile (a renewal or checkpoint by hand moved the
+        // deadline, one past the deadline or refused cancelled the token), then the time.
         if let Some(reason) = held.cancel.reason().filter(|_| held.cancel.is_gone()) {
             holding.handle(held, Some(Input::Cancel { reason }), clock.monotonic_ms());
         }
@@ -286,14 +286,14 @@ async fn keep(store: &dyn LeaseStore, held: &HeldLease, holding: &Holding) {
                 } => Some(answer),
                 () = sleep_until_mono(clock, until_mono_ms) => None,
             };
-            let input = answer.map(|result| {
+            // Given up at the deadline, it reports nothing: the holder's own time decides.
+            if let Some(result) = answer {
                 match &result {
                     Ok(lease) => held.update(lease),
                     Err(e) => debug!(connection_id = %held.id, error = %e, "renewal failed"),
                 }
-                Input::Answer { id, result }
-            });
-            holding.handle(held, input, clock.monotonic_ms());
+                holding.handle(held, Some(Input::Answer { id, result }), clock.monotonic_ms());
+            }
             continue;
         }
         let Some(at) = timeout else { return };
@@ -303,7 +303,6 @@ async fn keep(store: &dyn LeaseStore, held: &HeldLease, holding: &Holding) {
             () = holding.wake.notified() => {}
             () = token.cancelled(), if !token.is_cancelled() => {}
         }
-        holding.handle(held, None, clock.monotonic_ms());
     }
 }
 

@@ -142,7 +142,7 @@ class Keeper {
     const lease = this.#lease;
     try {
       for (;;) {
-        // A renewal by hand (`lease.renew()`) moved the deadline.
+        // A renewal by hand (`lease.renew()`) moved the deadline; then the time.
         this.#tell((h) => h.cover(lease.deadline, clock.mono()));
         if (this.#over || this.#stopping.signal.aborted) {
           return;
@@ -150,7 +150,6 @@ class Keeper {
         const renew = this.#renew;
         if (renew === undefined) {
           await this.#sleepUntil(this.#holder.pollTimeout());
-          this.#tell((h) => h.handleTimeout(clock.mono()));
           continue;
         }
         this.#renew = undefined;
@@ -160,8 +159,10 @@ class Keeper {
           await lease.renew({ signal: atDeadline });
           this.#tell((h) => h.renewed(renew.id, JSON.stringify(lease.toJSON()), clock.mono()));
         } catch (e) {
-          // Given up at the deadline: the machine's own timeout decides.
-          this.#tell((h) => (atDeadline.aborted ? h.handleTimeout(clock.mono()) : h.failed(renew.id, toRust(e), clock.mono())));
+          // Given up at the deadline, it reports nothing: the machine's own time decides.
+          if (!atDeadline.aborted) {
+            this.#tell((h) => h.failed(renew.id, toRust(e), clock.mono()));
+          }
         }
       }
     } finally {
