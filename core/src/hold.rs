@@ -502,4 +502,27 @@ mod tests {
         clock.advance(watched.time_left().as_millis() as u64);
         assert!(!watched.may_act(), "past the deadline");
     }
+
+    /// The store's clock is a manual one and tokio's time is paused: the upkeep task wakes when
+    /// tokio's time reaches what it waits for, and the outcome is the manual clock's.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_by_hand_moves_the_deadline_the_upkeep_task_waits_for() {
+        use crate::{ManualClock, MemoryStore, TableConfig};
+        let clock = Arc::new(ManualClock::new(0));
+        let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new(TableConfig::default(), clock.clone()).unwrap());
+        let hold = Hold::new(store.clone(), store.acquire("w", "a").await.unwrap(), Upkeep::Watch);
+        let first = hold.deadline_mono_ms();
+        clock.advance(first / 2);
+        hold.renew().await.unwrap();
+        let renewed = hold.deadline_mono_ms();
+        assert!(renewed > first);
+        // Past the first deadline: the task wakes for it, sees the renewal and keeps waiting.
+        clock.advance(first - first / 2);
+        tokio::time::sleep(Duration::from_millis(first + 1)).await;
+        assert_eq!((hold.cancel_reason(), hold.may_act()), (None, true));
+        // At the renewed one it cancels.
+        clock.advance(renewed - first);
+        tokio::time::sleep(Duration::from_millis(renewed - first + 1)).await;
+        assert_eq!((hold.cancel_reason(), hold.may_act()), (Some(CancelReason::Deadline), false));
+    }
 }
