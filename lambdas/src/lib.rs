@@ -24,13 +24,13 @@
 
 pub mod config;
 pub mod emf;
-pub mod hint;
+pub mod hint_sender;
 pub mod reconciler;
 pub mod router;
 
 pub use config::{Config, ConfigError};
 pub use emf::EmfWriter;
-pub use hint::{Hint, HintError, HintSender, MemoryHints, SqsHints};
+pub use hint_sender::{Hint, HintError, HintSender, MemoryHints, SqsHints};
 pub use reconciler::{Report, StateCounts};
 
 use leaselock::LeaseTable;

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::emf::EmfWriter;
-use crate::hint::{Hint, HintSender, MAX_BATCH};
+use crate::hint_sender::{Hint, HintSender, MAX_BATCH};
 
 /// Orphans read per index query (default).
 pub const PAGE_SIZE: usize = 1000;

@@ -32,7 +32,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tracing::{info, warn};
 
-use crate::hint::{Hint, HintSender};
+use crate::hint_sender::{Hint, HintSender};
 
 /// A START or STOP, validated: the id and url are known to be acceptable to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use leaselock::{
     Clock, DesiredState, Error, Lease, LeaseItem, LeaseStore, ManualClock, MemoryStore, OrphanCursor, OrphanPage,
     TableConfig,
 };
-use leaselock_lambdas::hint::{HintError, HintSender};
+use leaselock_lambdas::hint_sender::{HintError, HintSender};
 use leaselock_lambdas::reconciler::{self, Options, StateCounts, SEND_ATTEMPTS};
 use leaselock_lambdas::router::RouterError;
 use leaselock_lambdas::{EmfWriter, Hint, MemoryHints};

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use leaselock::election::machine::{Elector, Input, Race, Reply, Setup};
-use leaselock::election::{decide, Candidate, ElectionOptions, Strategy, Timing};
+use leaselock::election::{rules, Candidate, ElectionOptions, Strategy, Timing};
 use leaselock::protocol::{ListCandidates, RegisterCandidate, WithdrawCandidate};
 use leaselock::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -178,17 +178,17 @@ impl ElectionRules {
     /// `{prefix}leader/{name}`; throws InvalidInput (field `name`) for a bad name.
     #[wasm_bindgen(js_name = leaderKey)]
     pub fn leader_key(&self, name: &str) -> std::result::Result<String, JsValue> {
-        named(name).map(|n| decide::leader_key(&self.options.key_prefix, n))
+        named(name).map(|n| rules::leader_key(&self.options.key_prefix, n))
     }
 
     #[wasm_bindgen(js_name = groupKey)]
     pub fn group_key(&self, name: &str) -> std::result::Result<String, JsValue> {
-        named(name).map(|n| decide::group_key(&self.options.key_prefix, n))
+        named(name).map(|n| rules::group_key(&self.options.key_prefix, n))
     }
 
     #[wasm_bindgen(js_name = candidatesKey)]
     pub fn candidates_key(&self, name: &str) -> std::result::Result<String, JsValue> {
-        named(name).map(|n| decide::candidates_key(&self.options.key_prefix, n))
+        named(name).map(|n| rules::candidates_key(&self.options.key_prefix, n))
     }
 
     /// The slot lease ids of the group `key` in the order to try them; throws for 0 slots.
@@ -200,7 +200,7 @@ impl ElectionRules {
             return Err(throw(&Error::invalid("slots", "must be a whole number")));
         };
         let slots = leaselock::election::slots_from(n as u64).map_err(|e| throw(&e))?;
-        Ok(decide::slot_order(slots, random).into_iter().map(|i| leaselock::election::slot_id(key, i)).collect())
+        Ok(rules::slot_order(slots, random).into_iter().map(|i| leaselock::election::slot_id(key, i)).collect())
     }
 
     /// Checks a strategy (JSON); throws InvalidInput (field `strategy`).

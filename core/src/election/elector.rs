@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::machine::{Elector, Ended, Input, Output, Race, Reply, Request, Setup};
-use super::{decide, slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, TermEnd};
+use super::{rules, slot_of, Candidate, ElectionBackend, ElectionOptions, Strategy, TermEnd};
 use crate::config::validate_id;
 use crate::{Error, Lease, Result};
 
@@ -131,17 +131,17 @@ impl LeaderElector {
 
     /// The key of the leader lease of `name`.
     pub fn leader_key(&self, name: &str) -> String {
-        decide::leader_key(&self.options.key_prefix, name)
+        rules::leader_key(&self.options.key_prefix, name)
     }
 
     /// The key of the group `name` (its slots are `{key}#slot-{i}`).
     pub fn group_key(&self, name: &str) -> String {
-        decide::group_key(&self.options.key_prefix, name)
+        rules::group_key(&self.options.key_prefix, name)
     }
 
     /// The registry key of the candidates of `name`.
     pub fn candidates_key(&self, name: &str) -> String {
-        decide::candidates_key(&self.options.key_prefix, name)
+        rules::candidates_key(&self.options.key_prefix, name)
     }
 
     /// Runs `action` only if this process becomes the leader of `name` within the wait.

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use super::decide::{self, MinLease};
+use super::rules::{self, MinLease};
 use super::{Candidate, Strategy, Timing};
 use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
 use crate::{Error, Lease};
@@ -347,8 +347,8 @@ impl Elector {
     /// Not this time: pause before the next attempt, or skip if it would start after the wait.
     fn pause(&mut self, holder: Option<String>, now: u64) -> Phase {
         let unit = self.unit();
-        let delay = decide::retry_pause_ms(self.setup.retry_delay_ms, unit);
-        if decide::retry_within_wait(now, delay, self.wait_until) {
+        let delay = rules::retry_pause_ms(self.setup.retry_delay_ms, unit);
+        if rules::retry_within_wait(now, delay, self.wait_until) {
             Phase::Pausing { until: now + delay }
         } else {
             self.end(Ended::Skipped { holder })
@@ -389,7 +389,7 @@ impl Elector {
         let keeper = Keeper::from_claim(claim, Upkeep::Renew, renew_ms);
         // The minimum lease counts from the action's start (the claim's answer is in), so two
         // runs are never closer than it whatever the claim's latency.
-        let started_store = decide::claim_store_ms(lease.expires_at_ms, &self.timing) + now.saturating_sub(sent_mono);
+        let started_store = rules::claim_store_ms(lease.expires_at_ms, &self.timing) + now.saturating_sub(sent_mono);
         let next_term = match &self.setup.race {
             Race::Elected { term_ms, .. } => Some(sent_mono + term_ms),
             _ => None,
@@ -481,7 +481,7 @@ impl Elector {
         let (pick, competes) = match &self.setup.race {
             Race::Elected { strategy, .. } => (
                 strategy.pick(candidates).map(str::to_string),
-                decide::competes(strategy, candidates, &self.setup.owner),
+                rules::competes(strategy, candidates, &self.setup.owner),
             ),
             _ => (None, false),
         };
@@ -502,7 +502,7 @@ impl Elector {
             Ok(Reply::Lease(lease)) => {
                 let renewal = Renewal {
                     deadline_mono_ms: lease.deadline_mono_ms,
-                    next_renew_mono_ms: decide::next_renew_after_success(lease.deadline_mono_ms, &self.timing),
+                    next_renew_mono_ms: rules::next_renew_after_success(lease.deadline_mono_ms, &self.timing),
                     stopped: false,
                 };
                 t.lease = lease.clone();
@@ -523,7 +523,7 @@ impl Elector {
             return;
         }
         if let Ok(Reply::Candidates(c)) = &result {
-            if decide::steps_down(strategy, c, &self.setup.owner) {
+            if rules::steps_down(strategy, c, &self.setup.owner) {
                 self.over(t, TermOver::SteppedDown);
                 return;
             }
@@ -607,7 +607,7 @@ impl Elector {
         }
         if t.done {
             let step =
-                decide::min_lease(t.started_mono, self.setup.min_lease_ms, now, t.lease.expires_at_ms, t.started_store);
+                rules::min_lease(t.started_mono, self.setup.min_lease_ms, now, t.lease.expires_at_ms, t.started_store);
             match step {
                 MinLease::WaitUntil(_) => {}
                 MinLease::RunOut | MinLease::Release => {

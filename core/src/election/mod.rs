@@ -20,12 +20,11 @@
 //! # });
 //! ```
 //!
-//! The candidates, the strategies, the elector's decisions ([`decide`]) and its machine
+//! The candidates, the strategies, the elector's decisions ([`rules`]) and its machine
 //! ([`machine::Elector`]: every claim attempt, pause, heartbeat, renewal, step-down and release of
 //! a call) build without the native features (for wasm); the tokio elector, which drives the
 //! machine, and the backends need tokio.
 
-pub mod decide;
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
@@ -34,6 +33,7 @@ pub mod machine;
 mod options;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod registry;
+pub mod rules;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod store;
 mod strategy;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::decide::is_live;
+use super::rules::is_live;
 use super::Candidate;
 use crate::{Clock, Result};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{decide, slot_id, Candidate, CandidateRegistry, ElectionBackend, Timing};
+use super::{rules, slot_id, Candidate, CandidateRegistry, ElectionBackend, Timing};
 use crate::{Clock, Error, Lease, LeaseStore, Result};
 
 /// An election backend made of a lease store and a candidate registry.
@@ -46,7 +46,7 @@ impl<S: LeaseStore, R: CandidateRegistry> ElectionBackend for StoreElection<S, R
     async fn claim_slot(&self, key: &str, slots: u32, owner: &str) -> Result<Lease> {
         super::validate_slots(slots)?;
         let mut held = None;
-        for slot in decide::slot_order(slots, rand::random::<f64>()) {
+        for slot in rules::slot_order(slots, rand::random::<f64>()) {
             match self.store.acquire(&slot_id(key, slot), owner).await {
                 Ok(lease) => return Ok(lease),
                 Err(e @ Error::Held { .. }) => held = held.or(Some(e)),

@@ -12,7 +12,7 @@ use super::request::{Request, UpdateItem};
 use super::value::{key, n, s, AttributeValue, Item};
 use super::{read_answer, triage, Budget, Cause, Input, Operation, Step, Triage};
 use crate::config::validate_id;
-use crate::election::decide::{is_live, is_prunable};
+use crate::election::rules::{is_live, is_prunable};
 use crate::election::Candidate;
 use crate::{Error, TableConfig};
 

@@ -56,7 +56,7 @@
 
 mod check_table;
 pub mod election;
-mod fenced;
+mod fenced_write;
 mod ops;
 mod reads;
 pub mod request;
@@ -69,7 +69,7 @@ use serde::{Deserialize, Serialize};
 
 pub use check_table::{eventual_global_table, replication_verdict, CheckTable, TableReplication};
 pub use election::{ListCandidates, RegisterCandidate, WithdrawCandidate};
-pub use fenced::{checkpoint_update, lease_condition, FencedWrite, MAX_FENCED_WRITES};
+pub use fenced_write::{checkpoint_update, lease_condition, FencedWrite, MAX_FENCED_WRITES};
 pub use ops::{Acquire, Checkpoint, Release, Renew, Start, Stop};
 pub(crate) use reads::BatchGet;
 pub use reads::{BatchDesiredStates, CountByState, Get, Items, OrphansPage, OwnedBy, Sessions, BATCH_GET_MAX};

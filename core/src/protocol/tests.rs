@@ -1430,7 +1430,10 @@ fn a_replicated_write_conflict_is_contention_retried_within_the_deadline() {
     ));
 
     // A fenced write's transaction would list the conflict as a cancellation reason: retried.
-    assert_eq!(fenced::cancellation_verdict(&["None", "ReplicatedWriteConflict"]), fenced::Cancelled::Retry);
+    assert_eq!(
+        fenced_write::cancellation_verdict(&["None", "ReplicatedWriteConflict"]),
+        fenced_write::Cancelled::Retry
+    );
 }
 
 /// The stranded-work sweep: consistent Scans of the base table, then the owners' session items.

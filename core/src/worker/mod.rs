@@ -34,7 +34,7 @@
 mod clock;
 mod connection;
 pub use crate::engine::decide;
-mod hints;
+mod hint_queue;
 mod report;
 
 use std::collections::HashMap;
@@ -663,7 +663,7 @@ impl Driver {
                             if stopping.is_cancelled() {
                                 return Event::Hints { received: Ok(Vec::new()) };
                             }
-                            hints::receive(queue, max, Duration::from_millis(wait_ms)).await
+                            hint_queue::receive(queue, max, Duration::from_millis(wait_ms)).await
                         }
                         .boxed(),
                     );
@@ -671,12 +671,12 @@ impl Driver {
             }
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
                 if let Some(queue) = self.hints.clone() {
-                    self.effects.push(hints::settle(queue, delete, give_back, defer, defer_ms).boxed());
+                    self.effects.push(hint_queue::settle(queue, delete, give_back, defer, defer_ms).boxed());
                 }
             }
             Command::SendHint { id } => {
                 if let Some(queue) = self.hints.clone() {
-                    self.effects.push(async move { hints::hand_over(&queue, &id).await }.boxed());
+                    self.effects.push(async move { hint_queue::hand_over(&queue, &id).await }.boxed());
                 }
             }
             Command::EmitMetrics => {
