@@ -1,7 +1,7 @@
 //! One lease held outside a [`Worker`](crate::Worker): the handle behind a "hold this id while
 //! this block runs" scope, and the held-lease state every holder shares with its upkeep task
 //! (a worker's connections use it too). Its upkeep task drives the lease's
-//! [`Holder`](crate::holder::Holder) (renewed in the background, watched, or covered by the
+//! [`Holder`] (renewed in the background, watched, or covered by the
 //! session it was claimed under); its token fires at the local deadline, on a lost lease, when
 //! the work is STOPPED, when its session is lost or ended and once it is released.
 //!

@@ -39,6 +39,7 @@ pub mod protocol;
 pub mod render;
 pub mod store;
 pub mod store_clock;
+pub mod trace_vector;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamo;

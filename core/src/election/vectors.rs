@@ -32,19 +32,7 @@ pub struct Trace {
 }
 
 /// Where a replay parted from its trace (step 0: the machine's creation, then 1-based).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mismatch {
-    pub step: usize,
-    pub expected: Vec<Value>,
-    pub got: Vec<Value>,
-}
-
-impl std::fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let json = |v: &[Value]| serde_json::to_string(v).unwrap_or_default();
-        write!(f, "step {}: expected {} got {}", self.step, json(&self.expected), json(&self.got))
-    }
-}
+pub type Mismatch = crate::trace_vector::Mismatch<Value>;
 
 fn drain(machine: &mut Elector) -> Vec<Value> {
     std::iter::from_fn(|| machine.poll_output()).map(|o| json(&o)).collect()

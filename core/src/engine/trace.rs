@@ -61,21 +61,8 @@ pub struct Trace {
     pub steps: Vec<Step>,
 }
 
-/// Where a replay parted from its trace.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mismatch {
-    /// The step (0: the engine's creation, then 1-based).
-    pub step: usize,
-    pub expected: Vec<Command>,
-    pub got: Vec<Command>,
-}
-
-impl std::fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let json = |c: &[Command]| serde_json::to_string(c).unwrap_or_default();
-        write!(f, "step {}: expected {} got {}", self.step, json(&self.expected), json(&self.got))
-    }
-}
+/// Where a replay parted from its trace (step 0: the engine's creation, then 1-based).
+pub type Mismatch = crate::trace_vector::Mismatch<Command>;
 
 fn drain(engine: &mut Engine) -> Vec<Command> {
     std::iter::from_fn(|| engine.poll_command()).collect()
