@@ -345,7 +345,7 @@ def test_every_variable_flag_and_metric_the_manual_names_exists() -> None:
     operations = (PAGES / "operations.md").read_text()
     table = operations.split("| metric | unit | what |", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M))
-    emf = (ROOT / "core" / "src" / "engine" / "mod.rs").read_text()
+    emf = (ROOT / "core" / "src" / "engine" / "report.rs").read_text()
     written = set(re.findall(r'\.(?:count|milliseconds|millisecond_value)\("(\w+)"', emf.split("pub fn emf_line", 1)[1].split("\n}\n", 1)[0]))
     assert named == written, (sorted(named - written), sorted(written - named))
     print(f"{len(variables)} variables, {len(flags)} flags and {len(named)} worker metrics checked")
@@ -373,7 +373,7 @@ def test_every_error_class_the_manual_names_exists() -> None:
 def test_infra_readme_lists_every_worker_metric() -> None:
     infra = (ROOT / "infra" / "README.md").read_text()
     listed = infra.split("A worker's are published under", 1)[1].split("Counts are deltas", 1)[0]
-    emf = (ROOT / "core" / "src" / "engine" / "mod.rs").read_text()
+    emf = (ROOT / "core" / "src" / "engine" / "report.rs").read_text()
     written = set(re.findall(r'\.(?:count|milliseconds|millisecond_value)\("(\w+)"', emf.split("pub fn emf_line", 1)[1].split("\n}\n", 1)[0]))
     named = set(re.findall(r"`([A-Z]\w+)`", listed)) - {"Service", "WorkerId", "ClockOffsetAlarm"}
     assert named == written, (sorted(named - written), sorted(written - named))
