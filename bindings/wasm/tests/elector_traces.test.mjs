@@ -5,31 +5,11 @@
 // outcomes election.test.mjs measures with timers, decided by the times passed in.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
+import { check, drain, replayTests } from './vectors.mjs';
 
 const require = createRequire(import.meta.url);
 const { ElectionRules, Table } = require('../pkg/leaselock_wasm.js');
-
-const here = dirname(fileURLToPath(import.meta.url));
-const dir = resolve(here, '..', '..', '..', 'tests', 'conformance', 'elector');
-
-function vectors(folder) {
-  return readdirSync(folder)
-    .filter((f) => f.endsWith('.json'))
-    .sort()
-    .map((f) => ({ file: f, trace: JSON.parse(readFileSync(join(folder, f), 'utf8')) }));
-}
-
-function drain(machine) {
-  const out = [];
-  for (let o = machine.pollOutput(); o !== undefined; o = machine.pollOutput()) {
-    out.push(JSON.parse(o));
-  }
-  return out;
-}
 
 /** A trace's machine, made as the elector makes one: from a table's timing and its options. */
 function machineOf({ setup }, seed, now) {
@@ -109,16 +89,8 @@ function feed(machine, input, now) {
 /** Replays `trace`; returns the first step whose outputs differ, or null. */
 function replay(trace) {
   const machine = machineOf(trace, trace.seed, trace.start_mono_ms);
-  const check = (step, expected, got) => {
-    try {
-      assert.deepStrictEqual(got, expected);
-      return null;
-    } catch (e) {
-      return { step, message: e.message };
-    }
-  };
   try {
-    let failed = check(0, trace.start_expect, drain(machine));
+    let failed = check(0, trace.start_expect, drain(() => machine.pollOutput()));
     for (let i = 0; !failed && i < trace.steps.length; i++) {
       const { at, input, expect } = trace.steps[i];
       if (input === undefined) {
@@ -126,7 +98,7 @@ function replay(trace) {
       } else {
         feed(machine, input, at);
       }
-      failed = check(i + 1, expect, drain(machine));
+      failed = check(i + 1, expect, drain(() => machine.pollOutput()));
     }
     return failed;
   } finally {
@@ -134,28 +106,7 @@ function replay(trace) {
   }
 }
 
-const good = vectors(dir);
-test('there are elector trace vectors to replay', () => {
-  assert.ok(good.length >= 6, `${good.length} vectors in ${dir}`);
-});
-
-for (const { file, trace } of good) {
-  test(`elector trace ${trace.name} replays`, () => {
-    const failed = replay(trace);
-    assert.equal(failed, null, failed && `${file} step ${failed.step}: ${failed.message}`);
-  });
-}
-
-const broken = vectors(join(dir, 'broken'));
-test('there are broken elector trace vectors', () => {
-  assert.ok(broken.length >= 1);
-});
-
-for (const { file, trace } of broken) {
-  test(`broken elector trace ${trace.name} does not replay`, () => {
-    assert.notEqual(replay(trace), null, `${file} replayed although broken`);
-  });
-}
+replayTests('elector', replay, { atLeast: 6, brokenAtLeast: 1 });
 
 // A 2 s lease renewed every 500 ms, 200 ms of skew; the store's clock is the manual one plus STORE.
 const STORE = 1_700_000_000_000;

@@ -3,33 +3,11 @@
 // (HolderMachine), made as keeper.js and a session's leases make it (from a table's timing) and
 // fed through the drivers' own calls: the same inputs at the same times must give the same
 // outputs, in order, and the same answer to mayAct. The vectors in broken/ must not replay.
-import test from 'node:test';
-import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
+import { check, drain, replayTests } from './vectors.mjs';
 
 const require = createRequire(import.meta.url);
 const { HolderMachine, Table } = require('../pkg/leaselock_wasm.js');
-
-const here = dirname(fileURLToPath(import.meta.url));
-const dir = resolve(here, '..', '..', '..', 'tests', 'conformance', 'holder');
-
-function vectors(folder) {
-  return readdirSync(folder)
-    .filter((f) => f.endsWith('.json'))
-    .sort()
-    .map((f) => ({ file: f, trace: JSON.parse(readFileSync(join(folder, f), 'utf8')) }));
-}
-
-function drain(machine) {
-  const out = [];
-  for (let o = machine.pollOutput(); o !== undefined; o = machine.pollOutput()) {
-    out.push(JSON.parse(o));
-  }
-  return out;
-}
 
 /** A lease as core writes it, as JavaScript holds it (`Lease.toJSON()`). */
 function jsLease(l) {
@@ -85,16 +63,8 @@ function feed(machine, input, now) {
 /** Replays `trace`; returns the first step whose outputs (or mayAct) differ, or null. */
 function replay(trace) {
   const machine = machineOf(trace);
-  const check = (step, expected, got) => {
-    try {
-      assert.deepStrictEqual(got, expected);
-      return null;
-    } catch (e) {
-      return { step, message: e.message };
-    }
-  };
   try {
-    let failed = check(0, trace.start_expect, drain(machine));
+    let failed = check(0, trace.start_expect, drain(() => machine.pollOutput()));
     for (let i = 0; !failed && i < trace.steps.length; i++) {
       const { at, input, expect, may_act: mayAct } = trace.steps[i];
       if (input === undefined) {
@@ -102,7 +72,7 @@ function replay(trace) {
       } else {
         feed(machine, input, at);
       }
-      failed = check(i + 1, [...expect, { may_act: mayAct }], [...drain(machine), { may_act: machine.mayAct(at) }]);
+      failed = check(i + 1, [...expect, { may_act: mayAct }], [...drain(() => machine.pollOutput()), { may_act: machine.mayAct(at) }]);
     }
     return failed;
   } finally {
@@ -110,25 +80,4 @@ function replay(trace) {
   }
 }
 
-const good = vectors(dir);
-test('there are holder trace vectors to replay', () => {
-  assert.ok(good.length >= 7, `${good.length} vectors in ${dir}`);
-});
-
-for (const { file, trace } of good) {
-  test(`holder trace ${trace.name} replays`, () => {
-    const failed = replay(trace);
-    assert.equal(failed, null, failed && `${file} step ${failed.step}: ${failed.message}`);
-  });
-}
-
-const broken = vectors(join(dir, 'broken'));
-test('there are broken holder trace vectors', () => {
-  assert.ok(broken.length >= 1);
-});
-
-for (const { file, trace } of broken) {
-  test(`broken holder trace ${trace.name} does not replay`, () => {
-    assert.notEqual(replay(trace), null, `${file} replayed although broken`);
-  });
-}
+replayTests('holder', replay, { atLeast: 7, brokenAtLeast: 1 });
