@@ -575,31 +575,6 @@ mod vectors {
             let last = t.steps.last().map(|s| s.expect.clone()).unwrap_or_default();
             assert!(last.iter().any(|o| o["output"] == "done"), "{} does not end: {last:?}", t.name);
         }
-        if std::env::var_os("LEASELOCK_RECORD_TRACES").is_some() {
-            for t in &recorded {
-                let path = dir.join(format!("{}.json", t.name));
-                std::fs::write(&path, serde_json::to_string_pretty(t).unwrap() + "\n").unwrap();
-            }
-        }
-        let mut replayed = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "json") {
-                let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-                if let Err(m) = replay(&trace) {
-                    panic!("{}: {m}", path.display());
-                }
-                replayed += 1;
-            }
-        }
-        assert!(replayed >= recorded.len(), "{replayed} vectors in {}", dir.display());
-        let mut broken = 0;
-        for entry in std::fs::read_dir(dir.join("broken")).unwrap() {
-            let path = entry.unwrap().path();
-            let trace: Trace = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            assert!(replay(&trace).is_err(), "{} replayed although broken", path.display());
-            broken += 1;
-        }
-        assert!(broken >= 1);
+        crate::trace_vector::replay_vectors(&dir, &recorded, |t| &t.name, replay);
     }
 }
