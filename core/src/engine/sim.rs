@@ -550,17 +550,7 @@ impl Sim {
                 listed: Some(super::Listed { epoch: *epoch, item: item.clone() }),
             })
             .collect();
-        let owners: Vec<Option<String>> = claims
-            .iter()
-            .map(|request| match (request, self.account) {
-                (Op::Claim { id, .. }, true) => block_on(self.store.get(id))
-                    .ok()
-                    .flatten()
-                    .filter(|i| i.expires_at_ms == Some(crate::lease::HELD_UNDER_SESSION_MS))
-                    .and_then(|i| i.owner),
-                _ => None,
-            })
-            .collect();
+        let owners: Vec<Option<String>> = listed.iter().map(|item| self.session_holder(&item.id)).collect();
         // One condition check of the dead session for the whole transaction.
         let charges = |sim: &Self, answers: Option<&[Answer]>| {
             let mut all: Vec<(&'static str, String, f64)> = Vec::new();
@@ -616,6 +606,16 @@ impl Sim {
             }
         }
         self.later(worker, b.latency_ms + b.claim_answer_delay_ms, Event::Answer { op: batch.op, answer });
+    }
+
+    /// With accounting on: the owner `id` is held by under a session (its item carries the held
+    /// sentinel), whose session item a takeover's condition reads.
+    fn session_holder(&self, id: &str) -> Option<String> {
+        if !self.account {
+            return None;
+        }
+        let item = block_on(self.store.get(id)).ok().flatten()?;
+        item.owner.filter(|_| item.expires_at_ms == Some(crate::lease::HELD_UNDER_SESSION_MS))
     }
 
     /// The protocol's backoff before attempt `attempt + 1`, with the simulation's jitter.
@@ -719,12 +719,8 @@ impl Sim {
         let delay = if matches!(request, Op::Claim { .. }) { b.claim_answer_delay_ms } else { 0 };
         // A session claim of work held under another session is a takeover: a transaction whose
         // condition reads the session item of the work's owner (unowned work: one UpdateItem).
-        let owner_before = match (&request, self.account) {
-            (Op::Claim { id, session: Some(_), .. }, true) => block_on(self.store.get(id))
-                .ok()
-                .flatten()
-                .filter(|i| i.expires_at_ms == Some(crate::lease::HELD_UNDER_SESSION_MS))
-                .and_then(|i| i.owner),
+        let owner_before = match &request {
+            Op::Claim { id, session: Some(_), .. } => self.session_holder(id),
             _ => None,
         };
         let now = self.clock.now_ms();

@@ -91,37 +91,29 @@ impl Engine {
     /// the dead session's item for all of them, a partition value every survivor's takeovers
     /// share); a lone one as its claim.
     pub(super) fn send_takeovers(&mut self) {
-        let mut groups: BTreeMap<(String, u64, u64), Vec<(OpId, Op)>> = BTreeMap::new();
+        // By (dead owner, its epoch, our epoch): our session and the claims.
+        type Claims = (Session, Vec<(OpId, Op)>);
+        let mut groups: BTreeMap<(String, u64, u64), Claims> = BTreeMap::new();
         for (op, request) in std::mem::take(&mut self.takeovers) {
             let Op::Claim { session: Some(s), listed: Some(l), .. } = &request else { continue };
             let key = (l.item.owner.clone().unwrap_or_default(), l.epoch, s.epoch);
-            groups.entry(key).or_default().push((op, request));
+            groups.entry(key).or_insert_with(|| (s.clone(), Vec::new())).1.push((op, request));
         }
-        for ((owner, epoch, _), claims) in groups {
+        for ((owner, epoch, _), (session, claims)) in groups {
             for chunk in claims.chunks(crate::protocol::TAKE_OVER_MAX) {
-                let request = match chunk {
-                    [(op, request)] => {
-                        self.commands.push_back(Command::Run { op: *op, request: request.clone() });
-                        continue;
-                    }
-                    [(_, Op::Claim { session: Some(session), .. }), ..] => Op::TakeOver {
-                        owner: owner.clone(),
-                        epoch,
-                        session: session.clone(),
-                        listed: chunk
-                            .iter()
-                            .filter_map(|(_, r)| match r {
-                                Op::Claim { listed: Some(l), .. } => Some(l.item.clone()),
-                                _ => None,
-                            })
-                            .collect(),
-                    },
-                    _ => continue,
-                };
-                let op = self.next_op;
-                self.next_op += 1;
-                self.pending.insert(op, Pending::TakeOver { claims: chunk.to_vec() });
-                self.commands.push_back(Command::Run { op, request });
+                if let [(op, request)] = chunk {
+                    self.commands.push_back(Command::Run { op: *op, request: request.clone() });
+                    continue;
+                }
+                let listed = chunk
+                    .iter()
+                    .filter_map(|(_, r)| match r {
+                        Op::Claim { listed: Some(l), .. } => Some(l.item.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let request = Op::TakeOver { owner: owner.clone(), epoch, session: session.clone(), listed };
+                self.run(request, Pending::TakeOver { claims: chunk.to_vec() });
             }
         }
     }
