@@ -51,10 +51,13 @@ pub mod fenced;
 pub mod redis;
 #[cfg(feature = "dynamodb")]
 pub mod worker;
-/// Without the native runtime, the worker's decisions alone (the wasm build drives them).
+/// Without the native runtime, the worker's decisions and its settings alone (the wasm build
+/// drives them).
 #[cfg(not(feature = "dynamodb"))]
 pub mod worker {
     pub use crate::engine::decide;
+    mod settings;
+    pub use settings::{WorkerField, WorkerSettings, MAX_METRICS_NAMESPACE_BYTES};
 }
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -36,6 +36,7 @@ mod connection;
 pub use crate::engine::decide;
 mod hint_queue;
 mod report;
+mod settings;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -56,8 +57,8 @@ pub use decide::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_METRICS_INTERVAL, DEFAULT_ORPHAN_INTERVAL, MAX_CONNECTIONS_LIMIT, MAX_HINT_WAIT,
     POLL_ANSWER_MARGIN,
 };
+pub use settings::{WorkerField, WorkerSettings, MAX_METRICS_NAMESPACE_BYTES};
 
-use crate::config::{validate_duration, validate_id, validate_queue_url, validate_text};
 use crate::engine::{self, Answer, Command, Engine, Event, HandlerEnd, Now, Op};
 use crate::{hold, Error, Lease, LeaseMode, LeaseStore, Result, StoreOffset};
 use connection::Held;
@@ -77,37 +78,26 @@ pub struct HintQueue {
     pub wait: Duration,
 }
 
-/// Timing and limits of a worker (see the builder methods for each).
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) max_connections: usize,
-    pub(crate) orphan_interval: Duration,
-    pub(crate) desired_state_interval: Duration,
-    pub(crate) metrics_interval: Duration,
-    pub(crate) handler_grace: Duration,
-    /// Session mode: claim at most a fair share of the fleet's work, hand the excess over.
-    pub(crate) balance: bool,
-    pub(crate) index_lag: Duration,
-    /// Claims wait until the store's clock is known within this (`None`: half the clock skew).
-    pub(crate) clock_tolerance: Option<Duration>,
-    pub(crate) wait_for_store_clock: bool,
-}
-
-/// Builds a [`Worker`]; every knob has the design's default.
+/// Builds a [`Worker`]; every knob has the design's default ([`WorkerSettings`], which also
+/// holds each one's limit).
 pub struct WorkerBuilder {
     store: Arc<dyn LeaseStore>,
-    worker_id: Option<String>,
-    settings: Settings,
-    hints: Option<HintQueue>,
-    hint_wait: Duration,
+    settings: WorkerSettings,
+    sqs: Option<aws_sdk_sqs::Client>,
     metrics_writer: Option<Box<dyn Write + Send>>,
-    metrics_namespace: String,
 }
 
 impl WorkerBuilder {
+    /// Every option at once (a queue url among them needs its client:
+    /// [`WorkerBuilder::hint_queue`]).
+    pub fn settings(mut self, settings: WorkerSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// The owner name written into leases (default: host, pid and a random suffix).
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
-        self.worker_id = Some(id.into());
+        self.settings.worker_id = Some(id.into());
         self
     }
 
@@ -137,7 +127,7 @@ impl WorkerBuilder {
 
     /// The CloudWatch namespace of the metrics (default `leaselock`).
     pub fn metrics_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.metrics_namespace = namespace.into();
+        self.settings.metrics_namespace = namespace.into();
         self
     }
 
@@ -194,65 +184,36 @@ impl WorkerBuilder {
 
     /// Receive START hints from this SQS queue (long poll, [`DEFAULT_HINT_WAIT`]).
     pub fn hint_queue(mut self, client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        self.hints = Some(HintQueue { client, queue_url: queue_url.into(), wait: DEFAULT_HINT_WAIT });
+        self.settings.queue_url = Some(queue_url.into());
+        self.sqs = Some(client);
         self
     }
 
     /// The long-poll wait of the hint queue (default [`DEFAULT_HINT_WAIT`], 5 s; at most 20 s).
     pub fn hint_wait(mut self, d: Duration) -> Self {
-        self.hint_wait = d;
+        self.settings.hint_wait = d;
         self
     }
 
     /// Builds the worker with `handler`, called once per claimed lease. The handler's return
     /// (`Ok` or `Err`) releases the lease; so does a panic, which does not stop the worker.
-    pub fn build<H, Fut, E>(mut self, handler: H) -> Result<Worker>
+    pub fn build<H, Fut, E>(self, handler: H) -> Result<Worker>
     where
         H: Fn(Connection) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        if let Some(h) = &mut self.hints {
-            h.wait = self.hint_wait;
-        }
-        let s = &self.settings;
-        let invalid = |field: &str, msg: String| Err(Error::invalid(field, msg));
-        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&s.max_connections) {
-            return invalid(
-                "max_connections",
-                format!("{} is out of range: 1 to {MAX_CONNECTIONS_LIMIT}", s.max_connections),
-            );
-        }
-        for (field, d) in [
-            ("orphan_interval", s.orphan_interval),
-            ("desired_state_interval", s.desired_state_interval),
-            ("metrics_interval", s.metrics_interval),
-            ("handler_grace", s.handler_grace),
-            ("index_lag", s.index_lag),
-        ] {
-            validate_duration(field, d)?;
-            if d.is_zero() && field != "handler_grace" && field != "index_lag" {
-                return invalid(field, "must be greater than zero".into());
+        let mut s = self.settings;
+        let worker_id = s.worker_id.get_or_insert_with(default_worker_id).clone();
+        s.validate(WorkerField::name)?;
+        let hints = match (s.queue_url.clone(), self.sqs) {
+            (Some(queue_url), Some(client)) => Some(HintQueue { client, queue_url, wait: s.hint_wait }),
+            (Some(_), None) => {
+                let why = "needs an SQS client (WorkerBuilder::hint_queue)";
+                return Err(Error::invalid(WorkerField::QueueUrl.name(), why));
             }
-        }
-        if let Some(d) = s.clock_tolerance {
-            validate_duration("clock_tolerance", d)?;
-            if d.is_zero() {
-                return invalid("clock_tolerance", "must be greater than zero".into());
-            }
-        }
-        if self.hint_wait > MAX_HINT_WAIT {
-            return invalid("hint_wait", format!("{} ms is too long: at most 20000 ms", self.hint_wait.as_millis()));
-        }
-        if let Some(h) = &self.hints {
-            validate_queue_url(&h.queue_url)?;
-        }
-        validate_text("metrics_namespace", &self.metrics_namespace, 255)?;
-        if self.metrics_namespace.is_empty() {
-            return invalid("metrics_namespace", "must not be empty".into());
-        }
-        let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
-        validate_id("worker_id", &worker_id)?;
+            (None, _) => None,
+        };
         let handler: Handler = Arc::new(move |conn| {
             let fut = handler(conn);
             Box::pin(async move { fut.await.map_err(Into::into) })
@@ -260,22 +221,7 @@ impl WorkerBuilder {
         let store = self.store;
         let clock = store.clock();
         let now = Now { wall_ms: clock.now_ms(), mono_ms: clock.monotonic_ms() };
-        let s = &self.settings;
-        let settings = engine::Settings {
-            worker_id: worker_id.clone(),
-            max_connections: s.max_connections,
-            orphan_interval_ms: s.orphan_interval.as_millis() as u64,
-            desired_state_interval_ms: s.desired_state_interval.as_millis() as u64,
-            metrics_interval_ms: s.metrics_interval.as_millis() as u64,
-            handler_grace_ms: s.handler_grace.as_millis() as u64,
-            balance: s.balance,
-            hints: self.hints.is_some(),
-            hint_wait_ms: self.hint_wait.as_millis() as u64,
-            index_lag_ms: s.index_lag.as_millis() as u64,
-            clock_tolerance_ms: s
-                .wait_for_store_clock
-                .then(|| s.clock_tolerance.map_or(store.config().skew_ms() / 2, |d| d.as_millis() as u64)),
-        };
+        let settings = s.engine_settings(worker_id.clone(), store.config().skew_ms());
         let engine = Engine::new(settings, store.config().clone(), rand::random(), now);
         let shared = Arc::new(Shared {
             id: worker_id,
@@ -284,13 +230,7 @@ impl WorkerBuilder {
             finished: CancellationToken::new(),
         });
         let writer = self.metrics_writer.unwrap_or_else(|| Box::new(std::io::stdout()));
-        Ok(Worker {
-            shared,
-            store,
-            handler,
-            hints: self.hints,
-            reporter: Reporter::new(self.metrics_namespace, writer),
-        })
+        Ok(Worker { shared, store, handler, hints, reporter: Reporter::new(s.metrics_namespace, writer) })
     }
 }
 
@@ -375,25 +315,7 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     pub fn builder(store: Arc<dyn LeaseStore>) -> WorkerBuilder {
-        WorkerBuilder {
-            store,
-            worker_id: None,
-            settings: Settings {
-                max_connections: DEFAULT_MAX_CONNECTIONS,
-                orphan_interval: DEFAULT_ORPHAN_INTERVAL,
-                desired_state_interval: DEFAULT_DESIRED_STATE_INTERVAL,
-                metrics_interval: DEFAULT_METRICS_INTERVAL,
-                handler_grace: DEFAULT_HANDLER_GRACE,
-                balance: true,
-                index_lag: DEFAULT_INDEX_LAG,
-                clock_tolerance: None,
-                wait_for_store_clock: true,
-            },
-            hints: None,
-            hint_wait: DEFAULT_HINT_WAIT,
-            metrics_writer: None,
-            metrics_namespace: crate::metrics::NAMESPACE.to_string(),
-        }
+        WorkerBuilder { store, settings: WorkerSettings::default(), sqs: None, metrics_writer: None }
     }
 
     pub fn worker_id(&self) -> &str {
@@ -819,6 +741,10 @@ mod tests {
             .hint_wait(Duration::from_secs(21))
             .hint_queue(sqs, "https://q.example/123456789012/hints");
         assert!(err(long).contains("hint_wait"));
+        // Every option at once: a queue url without its client is refused, naming the url.
+        let url = Some("https://q.example/123456789012/hints".into());
+        let no_client = WorkerSettings { queue_url: url, ..WorkerSettings::default() };
+        assert!(err(Worker::builder(store()).settings(no_client)).contains("queue_url"));
     }
 
     #[test]
