@@ -8,9 +8,46 @@
 //! (giving it up at `until_mono_ms`: no request of the holder may be in flight past the deadline),
 //! and reports the answer with [`Keeper::renewed`].
 
-use crate::engine::decide::CancelReason;
 use crate::lease::{backoff_ms, retry_fits};
 use crate::{DesiredState, Error, Lease, TableConfig};
+
+/// Why a handler's cancellation token fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum CancelReason {
+    /// The local deadline passed without a successful renewal (the store may be unreachable).
+    Deadline,
+    /// The store said the lease is no longer ours (taken over, or the item changed hands).
+    Lost,
+    /// The work's desired state became STOPPED.
+    Stopped,
+    /// The worker is shutting down.
+    Shutdown,
+    /// The handler returned and the lease was given up.
+    Released,
+    /// Session mode: the worker holds more than its fair share of the fleet's work and hands
+    /// this connection over: checkpoint and return; it is released and hinted, and the next
+    /// owner resumes from the checkpoint.
+    HandOver,
+}
+
+impl CancelReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Deadline => "Deadline",
+            CancelReason::Lost => "Lost",
+            CancelReason::Stopped => "Stopped",
+            CancelReason::Shutdown => "Shutdown",
+            CancelReason::Released => "Released",
+            CancelReason::HandOver => "HandOver",
+        }
+    }
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How a held lease stays alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

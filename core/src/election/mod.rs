@@ -39,7 +39,6 @@ mod store;
 mod strategy;
 pub mod vectors;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
@@ -51,6 +50,8 @@ pub use registry::{CandidateRegistry, MemoryRegistry};
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 pub use store::StoreElection;
 pub use strategy::Strategy;
+// A candidate is what the registry stores: its type is the registry protocol's.
+pub use crate::protocol::election::Candidate;
 
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 use crate::{Clock, Lease, Result};
@@ -74,37 +75,6 @@ impl Timing {
 
     pub fn renew_ms(&self) -> u64 {
         self.renew.as_millis() as u64
-    }
-}
-
-/// A candidate of a strategic election, as registered (and as listed, with its expiry).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Candidate {
-    /// The candidate's owner id (what it claims the leader lease as).
-    pub id: String,
-    /// Higher is better for [`Strategy::HighestScore`].
-    pub score: f64,
-    /// Lower is better for [`Strategy::LeastLoaded`].
-    pub load: f64,
-    pub metadata: BTreeMap<String, String>,
-    /// When the registration runs out (the backend's clock, epoch ms); set by the backend.
-    #[serde(default)]
-    pub expires_at_ms: u64,
-}
-
-impl Candidate {
-    pub fn new(id: impl Into<String>, score: f64) -> Self {
-        Self { id: id.into(), score, load: 0.0, metadata: BTreeMap::new(), expires_at_ms: 0 }
-    }
-
-    pub fn load(mut self, load: f64) -> Self {
-        self.load = load;
-        self
-    }
-
-    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
     }
 }
 

@@ -4,6 +4,8 @@
 //! renews, keeps and steps down alike.
 
 use super::{Candidate, Strategy, Timing};
+// Whether a registration counts, or may be removed, is the registry protocol's rule.
+pub use crate::protocol::election::{is_live, is_prunable};
 
 /// The key of the leader lease of `name` (`{prefix}leader/{name}`).
 pub fn leader_key(prefix: &str, name: &str) -> String {
@@ -18,17 +20,6 @@ pub fn group_key(prefix: &str, name: &str) -> String {
 /// The registry key of the candidates of `name`.
 pub fn candidates_key(prefix: &str, name: &str) -> String {
     format!("{prefix}candidates/{name}")
-}
-
-/// Whether a registration expiring at `expires_at_ms` still counts at `now_ms`.
-pub fn is_live(expires_at_ms: u64, now_ms: u64) -> bool {
-    expires_at_ms > now_ms
-}
-
-/// Whether a registration expiring at `expires_at_ms` has been dead so long (`grace_ms`) that it
-/// may be deleted: no reader, whatever its clock skew, still counts it.
-pub fn is_prunable(expires_at_ms: u64, now_ms: u64, grace_ms: u64) -> bool {
-    expires_at_ms.saturating_add(grace_ms) < now_ms
 }
 
 /// A jittered pause between half of `retry_delay_ms` and all of it (`random` in `[0, 1)`).

@@ -11,43 +11,8 @@ use crate::{DesiredState, Error, Lease, LeaseItem, Session, SessionItem, TableCo
 // The fleet's balance (session mode) has a file of its own; its decisions are read from here too.
 pub use super::balance::*;
 
-/// Why a handler's cancellation token fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum CancelReason {
-    /// The local deadline passed without a successful renewal (the store may be unreachable).
-    Deadline,
-    /// The store said the lease is no longer ours (taken over, or the item changed hands).
-    Lost,
-    /// The work's desired state became STOPPED.
-    Stopped,
-    /// The worker is shutting down.
-    Shutdown,
-    /// The handler returned and the lease was given up.
-    Released,
-    /// Session mode: the worker holds more than its fair share of the fleet's work and hands
-    /// this connection over: checkpoint and return; it is released and hinted, and the next
-    /// owner resumes from the checkpoint.
-    HandOver,
-}
-
-impl CancelReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelReason::Deadline => "Deadline",
-            CancelReason::Lost => "Lost",
-            CancelReason::Stopped => "Stopped",
-            CancelReason::Shutdown => "Shutdown",
-            CancelReason::Released => "Released",
-            CancelReason::HandOver => "HandOver",
-        }
-    }
-}
-
-impl std::fmt::Display for CancelReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+// Why a handler's token fired is the keeper's word (a held lease of any kind is cancelled with one).
+pub use crate::keeper::CancelReason;
 
 /// Whether the worker gives the lease up (expiry 0) once the handler has ended. A lost lease is
 /// someone else's now; after a missed deadline the release is still safe (it is conditional on

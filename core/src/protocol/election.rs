@@ -6,15 +6,60 @@
 //! Listing also prunes: entries that ran out more than a lease ago are removed, under a condition
 //! on each removed entry's expiry, so a candidate that registered again in between keeps its
 //! fresh entry.
+//!
+//! [`Candidate`], what every election backend registers and lists, and the liveness of a
+//! registration ([`is_live`], [`is_prunable`]) are defined here, with the registry's requests.
+
+use std::collections::BTreeMap;
 
 use super::ops::consistent_get;
 use super::request::{Request, UpdateItem};
 use super::value::{key, n, s, AttributeValue, Item};
 use super::{read_answer, triage, Budget, Cause, Input, Operation, Step, Triage};
 use crate::config::validate_id;
-use crate::election::rules::{is_live, is_prunable};
-use crate::election::Candidate;
 use crate::{Error, TableConfig};
+
+/// A candidate of a strategic election, as registered (and as listed, with its expiry).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Candidate {
+    /// The candidate's owner id (what it claims the leader lease as).
+    pub id: String,
+    /// Higher is better for the `HighestScore` strategy.
+    pub score: f64,
+    /// Lower is better for the `LeastLoaded` strategy.
+    pub load: f64,
+    pub metadata: BTreeMap<String, String>,
+    /// When the registration runs out (the backend's clock, epoch ms); set by the backend.
+    #[serde(default)]
+    pub expires_at_ms: u64,
+}
+
+impl Candidate {
+    pub fn new(id: impl Into<String>, score: f64) -> Self {
+        Self { id: id.into(), score, load: 0.0, metadata: BTreeMap::new(), expires_at_ms: 0 }
+    }
+
+    pub fn load(mut self, load: f64) -> Self {
+        self.load = load;
+        self
+    }
+
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Whether a registration expiring at `expires_at_ms` still counts at `now_ms`.
+pub fn is_live(expires_at_ms: u64, now_ms: u64) -> bool {
+    expires_at_ms > now_ms
+}
+
+/// Whether a registration expiring at `expires_at_ms` has been dead so long (`grace_ms`) that it
+/// may be deleted: no reader, whatever its clock skew, still counts it.
+pub fn is_prunable(expires_at_ms: u64, now_ms: u64, grace_ms: u64) -> bool {
+    expires_at_ms.saturating_add(grace_ms) < now_ms
+}
 
 /// The attribute of a registry item holding the candidates.
 pub const CANDIDATES_ATTRIBUTE: &str = "candidates";
