@@ -259,21 +259,7 @@ impl WorkerEngine {
     ) -> Result<WorkerEngine, JsValue> {
         logs::install();
         let s = worker::settings(options_json).map_err(|e| throw(&e))?;
-        let settings = Settings {
-            worker_id: s.worker_id.clone(),
-            max_connections: s.max_connections as usize,
-            orphan_interval_ms: s.orphan_interval_ms,
-            desired_state_interval_ms: s.desired_state_interval_ms,
-            metrics_interval_ms: s.metrics_interval_ms,
-            handler_grace_ms: s.handler_grace_ms,
-            balance: s.balance,
-            hints: s.hints,
-            hint_wait_ms: s.hint_wait_ms,
-            index_lag_ms: s.index_lag_ms,
-            clock_tolerance_ms: s
-                .wait_for_store_clock
-                .then(|| s.clock_tolerance_ms.unwrap_or(table.config.skew_ms() / 2)),
-        };
+        let settings = s.engine(table.config.skew_ms());
         let (engine, logs) =
             logs::capture(|| Engine::new(settings, table.config.clone(), seed as u64, now(wall_ms, mono_ms)));
         let engine = WorkerEngine {

@@ -1,14 +1,41 @@
-//! The JavaScript `Worker`'s options, validated with core's defaults and limits (the engine
-//! takes every decision: `crate::engine`), and cancel reasons by name.
+//! The JavaScript `Worker`'s options, parsed into core's [`WorkerSettings`] (their defaults and
+//! limits are core's; the engine takes every decision: `crate::engine`), and cancel reasons by
+//! name.
 
+use std::time::Duration;
+
+use leaselock::render;
 use leaselock::worker::decide::{self, CancelReason};
+use leaselock::worker::{WorkerField, WorkerSettings};
 use leaselock::Error;
 use serde::Serialize;
 use serde_json::Value;
 
-fn ms(d: std::time::Duration) -> u64 {
+fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
+
+/// An option as the JavaScript caller spells it.
+pub fn js_name(field: WorkerField) -> &'static str {
+    match field {
+        WorkerField::WorkerId => "workerId",
+        WorkerField::QueueUrl => "queueUrl",
+        WorkerField::MaxConnections => "maxConnections",
+        WorkerField::OrphanInterval => "orphanIntervalMs",
+        WorkerField::DesiredStateInterval => "desiredStateIntervalMs",
+        WorkerField::HandlerGrace => "handlerGraceMs",
+        WorkerField::HintWait => "hintWaitMs",
+        WorkerField::IndexLag => "indexLagMs",
+        WorkerField::MetricsInterval => "metricsIntervalMs",
+        WorkerField::MetricsNamespace => "metricsNamespace",
+        WorkerField::Balance => "balance",
+        WorkerField::ClockTolerance => "clockToleranceMs",
+        WorkerField::WaitForStoreClock => "waitForStoreClock",
+    }
+}
+
+/// Set by `lib/worker.js`, not by the caller: whether an SQS client was given.
+const HINTS: &str = "hints";
 
 /// `new Worker(...)`'s settings, with core's defaults filled in, and the worker's fixed limits
 /// (claims in flight, how long a long poll or a hand-over hint may take).
@@ -38,117 +65,111 @@ pub struct Settings {
     pub clock_tolerance_ms: Option<u64>,
     /// Whether claims wait for the store's clock at all.
     pub wait_for_store_clock: bool,
+    /// The options as core holds them.
+    #[serde(skip)]
+    pub options: WorkerSettings,
 }
 
-const SETTINGS: &[&str] = &[
-    "workerId",
-    "queueUrl",
-    "maxConnections",
-    "orphanIntervalMs",
-    "desiredStateIntervalMs",
-    "handlerGraceMs",
-    "hintWaitMs",
-    "indexLagMs",
-    "metricsIntervalMs",
-    "metricsNamespace",
-    "balance",
-    "clockToleranceMs",
-    "waitForStoreClock",
-    "hints",
-];
+impl Settings {
+    fn new(options: WorkerSettings, hints: bool) -> Self {
+        Self {
+            worker_id: options.worker_id.clone().unwrap_or_default(),
+            max_connections: options.max_connections as u64,
+            orphan_interval_ms: ms(options.orphan_interval),
+            desired_state_interval_ms: ms(options.desired_state_interval),
+            handler_grace_ms: ms(options.handler_grace),
+            hint_wait_ms: ms(options.hint_wait),
+            index_lag_ms: ms(options.index_lag),
+            claim_concurrency: decide::CLAIM_CONCURRENCY,
+            hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
+            poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),
+            hand_over_timeout_ms: ms(decide::HAND_OVER_TIMEOUT),
+            metrics_interval_ms: ms(options.metrics_interval),
+            hints,
+            metrics_namespace: options.metrics_namespace.clone(),
+            balance: options.balance,
+            clock_tolerance_ms: options.clock_tolerance.map(ms),
+            wait_for_store_clock: options.wait_for_store_clock,
+            options,
+        }
+    }
+
+    /// The engine's settings of this worker on a table of clock skew `skew_ms`.
+    pub fn engine(&self, skew_ms: u64) -> leaselock::engine::Settings {
+        self.options.engine_settings(self.worker_id.clone(), skew_ms)
+    }
+}
 
 fn invalid(field: &str, msg: impl std::fmt::Display) -> Error {
     Error::invalid(field, msg)
 }
 
-/// Validates the worker's options (JSON, without `table`, `sqs` and `handler`; `hints` says
-/// whether an SQS client was given), naming the offending option.
+/// Parses the worker's options (JSON, without `table`, `sqs` and `handler`; `hints` says
+/// whether an SQS client was given) into core's settings and validates them there, naming the
+/// offending option.
 pub fn settings(json: &str) -> leaselock::Result<Settings> {
     let v: Value = serde_json::from_str(json).map_err(|e| invalid("options", e))?;
     let map = v.as_object().ok_or_else(|| invalid("options", "must be an object"))?;
-    if let Some(k) = map.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
-        let known = SETTINGS[..SETTINGS.len() - 1].join(", ");
-        return Err(invalid("options", format!("{} is not an option (known: {known})", leaselock::render::value(k))));
+    let known = |k: &str| k == HINTS || WorkerField::ALL.into_iter().any(|f| js_name(f) == k);
+    if let Some(k) = map.keys().find(|k| !known(k)) {
+        let known = WorkerField::ALL.map(js_name).join(", ");
+        return Err(invalid("options", format!("{} is not an option (known: {known})", render::value(k))));
     }
-    let num = |key: &str, default: u64, min: u64| -> leaselock::Result<u64> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_u64().filter(|n| *n >= min).ok_or_else(|| {
-                let shown = leaselock::render::value(&v.to_string());
-                invalid(key, format!("{shown} is not a whole number of at least {min}"))
-            }),
-        }
+    let hints = map.get(HINTS).and_then(Value::as_bool).unwrap_or(false);
+    let given = |f: WorkerField| map.get(js_name(f)).filter(|v| !v.is_null());
+    let shown = |v: &Value| render::value(&v.to_string());
+    let whole = |f: WorkerField| -> leaselock::Result<Option<u64>> {
+        let whole =
+            |v: &Value| v.as_u64().ok_or_else(|| invalid(js_name(f), format!("{} is not a whole number", shown(v))));
+        given(f).map(whole).transpose()
     };
-    let worker_id =
-        map.get("workerId").and_then(Value::as_str).ok_or_else(|| invalid("workerId", "must be a string"))?;
-    leaselock::config::validate_id("workerId", worker_id)?;
-    let hints = map.get("hints").and_then(Value::as_bool).unwrap_or(false);
-    let balance = match map.get("balance") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(invalid("balance", format!("{v} is not true or false"))),
+    let millis = |f: WorkerField| Ok::<_, Error>(whole(f)?.map(Duration::from_millis));
+    let flag = |f: WorkerField| -> leaselock::Result<Option<bool>> {
+        let flag =
+            |v: &Value| v.as_bool().ok_or_else(|| invalid(js_name(f), format!("{} is not true or false", shown(v))));
+        given(f).map(flag).transpose()
     };
-    let wait_for_store_clock = match map.get("waitForStoreClock") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(invalid("waitForStoreClock", format!("{v} is not true or false"))),
+    let text = |f: WorkerField| -> leaselock::Result<Option<String>> {
+        let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| invalid(js_name(f), "must be a string"));
+        given(f).map(text).transpose()
     };
-    let clock_tolerance_ms = match map.get("clockToleranceMs") {
-        None | Some(Value::Null) => None,
-        Some(_) => Some(num("clockToleranceMs", 0, 1)?),
-    };
-    match map.get("queueUrl") {
-        None | Some(Value::Null) if hints => return Err(invalid("queueUrl", "required with sqs")),
-        Some(Value::String(_)) if !hints => return Err(invalid("sqs", "an SQSClient is required with queueUrl")),
-        Some(Value::String(url)) => leaselock::config::validate_queue_url(url)?,
-        None | Some(Value::Null) => {}
-        Some(_) => return Err(invalid("queueUrl", "must be a string")),
+    let mut s = WorkerSettings::default();
+    let worker_id = text(WorkerField::WorkerId)?;
+    s.worker_id = Some(worker_id.ok_or_else(|| invalid(js_name(WorkerField::WorkerId), "must be a string"))?);
+    s.queue_url = text(WorkerField::QueueUrl)?;
+    match (&s.queue_url, hints) {
+        (None, true) => return Err(invalid(js_name(WorkerField::QueueUrl), "required with sqs")),
+        (Some(_), false) => return Err(invalid("sqs", "an SQSClient is required with queueUrl")),
+        _ => {}
     }
-    let metrics_namespace = match map.get("metricsNamespace") {
-        None | Some(Value::Null) => leaselock::metrics::NAMESPACE.to_string(),
-        Some(Value::String(ns)) if !ns.is_empty() => {
-            leaselock::config::validate_text("metricsNamespace", ns, 255)?;
-            ns.clone()
-        }
-        Some(_) => return Err(invalid("metricsNamespace", "must be a non-empty string")),
-    };
-    let settings = Settings {
-        worker_id: worker_id.to_string(),
-        max_connections: num("maxConnections", decide::DEFAULT_MAX_CONNECTIONS as u64, 1)?,
-        orphan_interval_ms: num("orphanIntervalMs", ms(decide::DEFAULT_ORPHAN_INTERVAL), 1)?,
-        desired_state_interval_ms: num("desiredStateIntervalMs", ms(decide::DEFAULT_DESIRED_STATE_INTERVAL), 1)?,
-        handler_grace_ms: num("handlerGraceMs", ms(decide::DEFAULT_HANDLER_GRACE), 0)?,
-        hint_wait_ms: num("hintWaitMs", ms(decide::DEFAULT_HINT_WAIT), 0)?,
-        index_lag_ms: num("indexLagMs", ms(decide::DEFAULT_INDEX_LAG), 0)?,
-        claim_concurrency: decide::CLAIM_CONCURRENCY,
-        hint_claim_concurrency: decide::HINT_CLAIM_CONCURRENCY,
-        poll_answer_margin_ms: ms(decide::POLL_ANSWER_MARGIN),
-        hand_over_timeout_ms: ms(decide::HAND_OVER_TIMEOUT),
-        metrics_interval_ms: num("metricsIntervalMs", ms(decide::DEFAULT_METRICS_INTERVAL), 1)?,
-        metrics_namespace,
-        hints,
-        balance,
-        clock_tolerance_ms,
-        wait_for_store_clock,
-    };
-    let max_wait = ms(decide::MAX_HINT_WAIT);
-    if settings.hint_wait_ms > max_wait {
-        return Err(invalid("hintWaitMs", format!("{} ms is too long: at most {max_wait} ms", settings.hint_wait_ms)));
+    if let Some(n) = whole(WorkerField::MaxConnections)? {
+        let name = js_name(WorkerField::MaxConnections);
+        s.max_connections = usize::try_from(n).map_err(|_| invalid(name, format!("{n} is out of range")))?;
     }
-    let limit = decide::MAX_CONNECTIONS_LIMIT as u64;
-    if settings.max_connections > limit {
-        return Err(invalid("maxConnections", format!("{} is out of range: 1 to {limit}", settings.max_connections)));
-    }
-    for (field, v) in [
-        ("orphanIntervalMs", settings.orphan_interval_ms),
-        ("desiredStateIntervalMs", settings.desired_state_interval_ms),
-        ("handlerGraceMs", settings.handler_grace_ms),
-        ("metricsIntervalMs", settings.metrics_interval_ms),
-        ("clockToleranceMs", settings.clock_tolerance_ms.unwrap_or(1)),
+    for (field, d) in [
+        (WorkerField::OrphanInterval, &mut s.orphan_interval),
+        (WorkerField::DesiredStateInterval, &mut s.desired_state_interval),
+        (WorkerField::HandlerGrace, &mut s.handler_grace),
+        (WorkerField::HintWait, &mut s.hint_wait),
+        (WorkerField::IndexLag, &mut s.index_lag),
+        (WorkerField::MetricsInterval, &mut s.metrics_interval),
     ] {
-        leaselock::config::validate_duration(field, std::time::Duration::from_millis(v))?;
+        if let Some(given) = millis(field)? {
+            *d = given;
+        }
     }
-    Ok(settings)
+    s.clock_tolerance = millis(WorkerField::ClockTolerance)?;
+    if let Some(ns) = text(WorkerField::MetricsNamespace)? {
+        s.metrics_namespace = ns;
+    }
+    if let Some(on) = flag(WorkerField::Balance)? {
+        s.balance = on;
+    }
+    if let Some(on) = flag(WorkerField::WaitForStoreClock)? {
+        s.wait_for_store_clock = on;
+    }
+    s.validate(js_name)?;
+    Ok(Settings::new(s, hints))
 }
 
 /// A cancellation reason by name (`Deadline`, `Lost`, `Stopped`, `Shutdown`, `Released`);
@@ -180,12 +201,18 @@ mod tests {
         assert!(err(r#"{"workerId":"w","hints":true}"#).contains("queueUrl"));
         let q = r#""queueUrl":"https://sqs.us-east-1.amazonaws.com/123456789012/hints""#;
         assert!(err(&format!(r#"{{"workerId":"w","hintWaitMs":21000,"hints":true,{q}}}"#)).contains("hintWaitMs"));
-        assert!(
-            err(r#"{"workerId":"w","hints":true,"queueUrl":"file:///etc/passwd"}"#).starts_with("invalid queue_url")
-        );
+        assert!(err(r#"{"workerId":"w","hints":true,"queueUrl":"file:///etc/passwd"}"#).starts_with("invalid queueUrl"));
         assert!(err(r#"{"workerId":"w","maxConnections":100001}"#).contains("maxConnections"));
         assert!(err(r#"{"workerId":"w","orphanIntervalMs":1e15}"#).contains("orphanIntervalMs"));
         assert!(err(r#"{"workerId":"w","maxConection":3}"#).contains("maxConection"));
+        let known = "known: workerId, queueUrl, maxConnections, orphanIntervalMs, desiredStateIntervalMs, \
+            handlerGraceMs, hintWaitMs, indexLagMs, metricsIntervalMs, metricsNamespace, balance, clockToleranceMs, \
+            waitForStoreClock)";
+        assert!(err(r#"{"workerId":"w","hint":3}"#).ends_with(known), "{}", err(r#"{"workerId":"w","hint":3}"#));
+        // Core's defaults, as core holds them.
+        let defaults = WorkerSettings { worker_id: Some("w1".into()), ..WorkerSettings::default() };
+        assert_eq!(settings(r#"{"workerId":"w1"}"#).unwrap().options, defaults);
+        assert!(err(r#"{"workerId":"w","indexLagMs":2592000001}"#).contains("indexLagMs"));
         assert!(err(r#"{"workerId":"w","balance":"no"}"#).contains("balance"));
         assert!(settings(r#"{"workerId":"w"}"#).unwrap().balance);
         assert_eq!(settings(r#"{"workerId":"w"}"#).unwrap().index_lag_ms, 10_000);
