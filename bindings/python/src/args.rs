@@ -131,6 +131,12 @@ impl Arg {
         }
     }
 
+    /// Whether the caller passed the argument at all (`None` included): one left out keeps
+    /// the default the caller fills in.
+    pub fn passed(&self) -> bool {
+        !matches!(self, Arg::Absent)
+    }
+
     fn default_missing(py: Python<'_>, field: &str) -> PyErr {
         refused(py, field, "is required")
     }

@@ -142,6 +142,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::PyWorker>()?;
     m.add_class::<worker::PyConnection>()?;
     m.add_class::<worker::PyWorkerSnapshot>()?;
+    m.add_class::<worker::PyWorkerDefaults>()?;
+    m.add("WORKER_DEFAULTS", worker::PyWorkerDefaults::default())?;
     m.add_class::<election::PyLeaderElector>()?;
     m.add_class::<election::PyRedisElection>()?;
     m.add_class::<election::PyTerm>()?;

@@ -10,14 +10,14 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use leaselock::worker::{BoxError, WorkerSnapshot};
+use leaselock::worker::{BoxError, WorkerField, WorkerSettings, WorkerSnapshot};
 use leaselock::{Connection, LeaseStore, Worker, WorkerHandle};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 use tokio::sync::oneshot;
 
 use crate::args::Arg;
-use crate::errors::{guarded, invalid, to_py_named};
+use crate::errors::{guarded, invalid, to_py};
 use crate::lease::seq_arg;
 use crate::table::PyLeaseTable;
 use crate::{awaitable, fenced, monotonic_seconds, repr_opt, seconds_left};
@@ -209,16 +209,59 @@ async fn run_handler(starter: Starter, client: aws_sdk_dynamodb::Client, conn: C
     }
 }
 
-/// Core's worker option names and the arguments the caller passed.
-const WORKER_NAMES: &[(&str, &str)] = &[
-    ("orphan_interval", "orphan_interval_ms"),
-    ("desired_state_interval", "desired_state_interval_ms"),
-    ("metrics_interval", "metrics_interval_ms"),
-    ("handler_grace", "handler_grace_ms"),
-    ("hint_wait", "hint_wait_ms"),
-    ("index_lag", "index_lag_ms"),
-    ("clock_tolerance", "clock_tolerance_ms"),
-];
+/// A worker option as the Python caller spells it (durations in milliseconds: `_ms`).
+fn py_name(field: WorkerField) -> &'static str {
+    match field {
+        WorkerField::WorkerId => "worker_id",
+        WorkerField::QueueUrl => "queue_url",
+        WorkerField::MaxConnections => "max_connections",
+        WorkerField::OrphanInterval => "orphan_interval_ms",
+        WorkerField::DesiredStateInterval => "desired_state_interval_ms",
+        WorkerField::HandlerGrace => "handler_grace_ms",
+        WorkerField::HintWait => "hint_wait_ms",
+        WorkerField::IndexLag => "index_lag_ms",
+        WorkerField::MetricsInterval => "metrics_interval_ms",
+        WorkerField::MetricsNamespace => "metrics_namespace",
+        WorkerField::Balance => "balance",
+        WorkerField::ClockTolerance => "clock_tolerance_ms",
+        WorkerField::WaitForStoreClock => "wait_for_store_clock",
+    }
+}
+
+/// Core's default of every worker option, as Python spells them (`WORKER_DEFAULTS`: the
+/// keyword defaults of `leaselock.Worker`).
+#[pyclass(module = "leaselock._native", name = "WorkerDefaults", frozen, get_all)]
+pub struct PyWorkerDefaults {
+    max_connections: usize,
+    orphan_interval_ms: u64,
+    desired_state_interval_ms: u64,
+    metrics_interval_ms: u64,
+    handler_grace_ms: u64,
+    hint_wait_ms: u64,
+    index_lag_ms: u64,
+    metrics_namespace: String,
+    balance: bool,
+    wait_for_store_clock: bool,
+}
+
+impl Default for PyWorkerDefaults {
+    fn default() -> Self {
+        let d = WorkerSettings::default();
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        Self {
+            max_connections: d.max_connections,
+            orphan_interval_ms: ms(d.orphan_interval),
+            desired_state_interval_ms: ms(d.desired_state_interval),
+            metrics_interval_ms: ms(d.metrics_interval),
+            handler_grace_ms: ms(d.handler_grace),
+            hint_wait_ms: ms(d.hint_wait),
+            index_lag_ms: ms(d.index_lag),
+            metrics_namespace: d.metrics_namespace,
+            balance: d.balance,
+            wait_for_store_clock: d.wait_for_store_clock,
+        }
+    }
+}
 
 /// A lease worker driven by core's runtime.
 #[pyclass(module = "leaselock._native", name = "Worker", frozen)]
@@ -231,11 +274,11 @@ pub struct PyWorker {
 #[pymethods]
 impl PyWorker {
     #[new]
-    #[pyo3(signature = (table, *, queue_url=Arg::Absent, max_connections=Arg::Int(700), worker_id=Arg::Absent,
-        orphan_interval_ms=Arg::Int(2_000), desired_state_interval_ms=Arg::Int(10_000),
-        metrics_interval_ms=Arg::Int(60_000), handler_grace_ms=Arg::Int(5_000), hint_wait_ms=Arg::Int(5_000),
-        index_lag_ms=Arg::Int(10_000), metrics_namespace=Arg::Absent, balance=Arg::Bool(true),
-        clock_tolerance_ms=Arg::Absent, wait_for_store_clock=Arg::Bool(true)))]
+    #[pyo3(signature = (table, *, queue_url=Arg::Absent, max_connections=Arg::Absent, worker_id=Arg::Absent,
+        orphan_interval_ms=Arg::Absent, desired_state_interval_ms=Arg::Absent, metrics_interval_ms=Arg::Absent,
+        handler_grace_ms=Arg::Absent, hint_wait_ms=Arg::Absent, index_lag_ms=Arg::Absent,
+        metrics_namespace=Arg::Absent, balance=Arg::Absent, clock_tolerance_ms=Arg::Absent,
+        wait_for_store_clock=Arg::Absent))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -259,35 +302,50 @@ impl PyWorker {
                 return Err(invalid(py, "table", "invalid table: must be a LeaseTable"));
             };
             let table = table.get();
+            // An argument left out keeps core's default; one passed is converted (`None` is
+            // refused where the option is not optional), then core checks every limit.
+            let mut s = WorkerSettings::default();
+            if max_connections.passed() {
+                s.max_connections = max_connections.count(py, py_name(WorkerField::MaxConnections))?;
+            }
+            for (field, arg, d) in [
+                (WorkerField::OrphanInterval, &orphan_interval_ms, &mut s.orphan_interval),
+                (WorkerField::DesiredStateInterval, &desired_state_interval_ms, &mut s.desired_state_interval),
+                (WorkerField::MetricsInterval, &metrics_interval_ms, &mut s.metrics_interval),
+                (WorkerField::HandlerGrace, &handler_grace_ms, &mut s.handler_grace),
+                (WorkerField::HintWait, &hint_wait_ms, &mut s.hint_wait),
+                (WorkerField::IndexLag, &index_lag_ms, &mut s.index_lag),
+            ] {
+                if arg.passed() {
+                    *d = arg.ms(py, py_name(field))?;
+                }
+            }
+            for (field, arg, on) in [
+                (WorkerField::Balance, &balance, &mut s.balance),
+                (WorkerField::WaitForStoreClock, &wait_for_store_clock, &mut s.wait_for_store_clock),
+            ] {
+                if arg.passed() {
+                    *on = arg.flag(py, py_name(field))?;
+                }
+            }
+            s.clock_tolerance = clock_tolerance_ms.opt_ms(py, py_name(WorkerField::ClockTolerance))?;
+            s.worker_id = worker_id.opt_text(py, py_name(WorkerField::WorkerId))?;
+            if let Some(ns) = metrics_namespace.opt_text(py, py_name(WorkerField::MetricsNamespace))? {
+                s.metrics_namespace = ns;
+            }
+            s.queue_url = queue_url.opt_text(py, py_name(WorkerField::QueueUrl))?;
+            s.validate(py_name).map_err(|e| to_py(py, e))?;
             let store: Arc<dyn LeaseStore> = table.table.clone();
-            let mut builder = Worker::builder(store)
-                .max_connections(max_connections.count(py, "max_connections")?)
-                .orphan_interval(orphan_interval_ms.ms(py, "orphan_interval_ms")?)
-                .desired_state_interval(desired_state_interval_ms.ms(py, "desired_state_interval_ms")?)
-                .metrics_interval(metrics_interval_ms.ms(py, "metrics_interval_ms")?)
-                .handler_grace(handler_grace_ms.ms(py, "handler_grace_ms")?)
-                .hint_wait(hint_wait_ms.ms(py, "hint_wait_ms")?)
-                .index_lag(index_lag_ms.ms(py, "index_lag_ms")?)
-                .balance(balance.flag(py, "balance")?)
-                .wait_for_store_clock(wait_for_store_clock.flag(py, "wait_for_store_clock")?);
-            if let Some(d) = clock_tolerance_ms.opt_ms(py, "clock_tolerance_ms")? {
-                builder = builder.clock_tolerance(d);
-            }
-            if let Some(id) = worker_id.opt_text(py, "worker_id")? {
-                builder = builder.worker_id(id);
-            }
-            if let Some(ns) = metrics_namespace.opt_text(py, "metrics_namespace")? {
-                builder = builder.metrics_namespace(ns);
-            }
-            if let Some(url) = queue_url.opt_text(py, "queue_url")? {
+            let queue_url = s.queue_url.clone();
+            let mut builder = Worker::builder(store).settings(s);
+            if let Some(url) = queue_url {
                 builder = builder.hint_queue(aws_sdk_sqs::Client::new(&table.sdk), url);
             }
             let starter: Starter = Arc::default();
             let client = table.table.client().clone();
-            let s = starter.clone();
-            let worker = builder
-                .build(move |conn| run_handler(s.clone(), client.clone(), conn))
-                .map_err(|e| to_py_named(py, e, WORKER_NAMES))?;
+            let st = starter.clone();
+            let worker =
+                builder.build(move |conn| run_handler(st.clone(), client.clone(), conn)).map_err(|e| to_py(py, e))?;
             Ok(Self { handle: worker.handle(), worker: Mutex::new(Some(worker)), starter })
         })
     }

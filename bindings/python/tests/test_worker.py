@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import subprocess
 import sys
@@ -325,3 +326,23 @@ def test_the_store_clock_is_measured_and_in_the_snapshot_and_the_metrics_line(ta
     names = [m["Name"] for m in emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
     assert "ClockOffsetMs" in names and "ClockUncertaintyMs" in names, names
     assert isinstance(emf["ClockOffsetMs"], int) and abs(emf["ClockOffsetMs"]) <= emf["ClockUncertaintyMs"] + 2, emf
+
+
+def test_the_keyword_defaults_are_cores() -> None:
+    """Worker's keyword defaults are core's (the Rust builder's and Node's are the same values)."""
+    defaults = leaselock._native.WORKER_DEFAULTS
+    params = inspect.signature(leaselock.Worker).parameters
+    for name in (
+        "max_connections",
+        "orphan_interval_ms",
+        "desired_state_interval_ms",
+        "metrics_interval_ms",
+        "handler_grace_ms",
+        "hint_wait_ms",
+        "index_lag_ms",
+        "balance",
+        "wait_for_store_clock",
+    ):
+        assert params[name].default == getattr(defaults, name), name
+    shown = (defaults.max_connections, defaults.orphan_interval_ms, defaults.hint_wait_ms, defaults.metrics_namespace)
+    assert shown == (700, 2_000, 5_000, "leaselock")

@@ -35,6 +35,9 @@ __all__ = ["Connection", "Worker", "WorkerSnapshot"]
 
 Handler = Callable[["Connection"], Awaitable[None]]
 
+# Core's defaults (the Rust builder's and Node's too); their limits are checked there as well.
+_DEFAULTS = _native.WORKER_DEFAULTS
+
 
 class Connection:
     """One leased unit of work, handed to the handler."""
@@ -154,7 +157,8 @@ class Worker:
 
     ``table`` is a :class:`LeaseTable` or :class:`AsyncLeaseTable`; ``queue_url`` an SQS queue
     of START hints (optional: the orphan index finds work without it). Timing knobs are in
-    milliseconds with the design's defaults. On a session-mode table the worker balances the
+    milliseconds with the design's defaults (core's: ``_native.WORKER_DEFAULTS``; the metrics
+    namespace is ``leaselock`` unless given). On a session-mode table the worker balances the
     fleet's work (claims up to its fair share, hands the excess over; ``conn.cancel_reason``
     is then ``"HandOver"``) unless ``balance=False``; ``index_lag_ms`` is how far behind the
     table its owner index may be (a dead session's empty listing is trusted only when sent that
@@ -172,18 +176,18 @@ class Worker:
         table: Union[LeaseTable, AsyncLeaseTable],
         *,
         queue_url: Optional[str] = None,
-        max_connections: int = 700,
+        max_connections: int = _DEFAULTS.max_connections,
         worker_id: Optional[str] = None,
-        orphan_interval_ms: int = 2_000,
-        desired_state_interval_ms: int = 10_000,
-        metrics_interval_ms: int = 60_000,
-        handler_grace_ms: int = 5_000,
-        hint_wait_ms: int = 5_000,
-        index_lag_ms: int = 10_000,
+        orphan_interval_ms: int = _DEFAULTS.orphan_interval_ms,
+        desired_state_interval_ms: int = _DEFAULTS.desired_state_interval_ms,
+        metrics_interval_ms: int = _DEFAULTS.metrics_interval_ms,
+        handler_grace_ms: int = _DEFAULTS.handler_grace_ms,
+        hint_wait_ms: int = _DEFAULTS.hint_wait_ms,
+        index_lag_ms: int = _DEFAULTS.index_lag_ms,
         metrics_namespace: Optional[str] = None,
-        balance: bool = True,
+        balance: bool = _DEFAULTS.balance,
         clock_tolerance_ms: Optional[int] = None,
-        wait_for_store_clock: bool = True,
+        wait_for_store_clock: bool = _DEFAULTS.wait_for_store_clock,
     ) -> None:
         self._native = _native.Worker(
             getattr(table, "_native", table),  # type: ignore[arg-type]  # anything else is refused as `table`
