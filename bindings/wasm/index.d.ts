@@ -107,7 +107,12 @@ export declare class Session {
    * (every lease's `deadline` passes; whatever the answer, the session takes no more claims).
    */
   end(options?: Abortable & { load?: SessionLoad }): Promise<void>;
-  /** Claims STARTED work (a dead session's by one transaction); LeaseHeldError while held. */
+  /**
+   * Claims STARTED work (a dead session's by one transaction); LeaseHeldError while held.
+   * `signal` aborts the claim, and once it is held cancels the lease as `using()`'s does: the
+   * lease's `signal` aborts with its reason (`cancelReason` `Shutdown`). Already aborted, it
+   * rejects with its reason and nothing is sent.
+   */
   claim(id: string, options?: Abortable): Promise<Lease>;
   toJSON(): SessionItem & { deadline: number };
 }
@@ -187,6 +192,14 @@ export declare class Lease {
   timeLeft(): number;
   /** Session mode: the session the lease is held under. */
   readonly session?: Session;
+  /**
+   * Session mode: aborts when the lease stops: at its deadline, when its session is lost or
+   * ended, when it is released, and when the signal given to `Session.claim` aborts (with that
+   * signal's reason), as `using()`'s signal does. Undefined for a per-item lease.
+   */
+  readonly signal?: AbortSignal;
+  /** Session mode: the CancelReason `signal` aborted for, undefined while it has not. */
+  readonly cancelReason?: CancelReason;
   /** Under a session, renews the session. */
   renew(options?: Abortable): Promise<this>;
   checkpoint(seq: number, options?: Abortable): Promise<this>;

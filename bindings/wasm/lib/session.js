@@ -99,14 +99,18 @@ class Session {
    * Claims STARTED work `id` under this session: unowned work, or a dead session's (one
    * TransactWriteItems). LeaseHeldError while its holder's session lives. The lease's
    * checkpoint, fenced writes and release work as for any lease; its renew renews the session.
+   * `signal` aborts the claim, and then cancels the lease as `using()`'s does (`Shutdown`: the
+   * lease's own `signal` aborts with its reason); already aborted, nothing is sent.
    */
   async claim(id, { signal } = {}) {
+    signal?.throwIfAborted();
     if (this.#over) {
       throw this.#lost();
     }
     const lease = await this.#table._claimInSession(id, this, this.#data, signal);
     // A renewal may have landed while the claim was in flight; the session may have ended.
     lease._cover(this.#data.deadline);
+    lease._follow(signal);
     this.#leases.add(lease);
     if (this.#over) {
       this.#overAll(this.#wasLost);

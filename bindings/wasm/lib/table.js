@@ -7,7 +7,7 @@ const { drive, sleep, Serial, TableClock } = require('./drive');
 const { send } = require('./io');
 const { LeaseLostError, invalid } = require('./errors');
 const { call, count, json, text } = require('./args');
-const { Keeper } = require('./keeper');
+const { Keeper, abortReason } = require('./keeper');
 const { Session } = require('./session');
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
@@ -338,6 +338,14 @@ class Lease {
   #released = false;
   /** Session mode: core's holder machine of the lease, covered and ended by its session. */
   #holder;
+  /** Session mode: aborted with the holder's first cancellation (see `signal`). */
+  #controller;
+  /** Session mode: the CancelReason `signal` aborted for. */
+  #reason;
+  /** Session mode: wakes the holder machine at its deadline. */
+  #timer;
+  /** Session mode: stops following the caller's signal. */
+  #unfollow;
 
   constructor(table, data, session) {
     this.#table = table;
@@ -346,6 +354,8 @@ class Lease {
     if (session !== undefined) {
       const seed = Math.floor(Math.random() * 2 ** 52);
       this.#holder = new wasm.HolderMachine(table.rules, JSON.stringify(data), 'session', seed, table.clock.mono());
+      this.#controller = new AbortController();
+      this.#schedule();
     }
   }
 
@@ -355,13 +365,56 @@ class Lease {
   }
 
   /**
+   * Session mode: aborts when the lease stops: at its deadline, when its session is lost or
+   * ended, when it is released, and when the signal given to `Session.claim` aborts (with that
+   * signal's reason; the lease stays covered by the session while its holder winds down), as
+   * `using()`'s signal does. Undefined for a per-item lease.
+   */
+  get signal() {
+    return this.#controller?.signal;
+  }
+
+  /** Session mode: the CancelReason `signal` aborted for, undefined while it has not. */
+  get cancelReason() {
+    return this.#reason;
+  }
+
+  /**
+   * Internal (Session.claim): the caller's `outer` signal cancels the lease as it does
+   * `using()`'s (`Shutdown`, aborting `signal` with its reason).
+   */
+  _follow(outer) {
+    if (outer === undefined || this.#holder === undefined) {
+      return;
+    }
+    const forward = () => {
+      this.#abortWith(outer.reason, 'Shutdown');
+      this.#tell((h, now) => h.cancel('Shutdown', now));
+    };
+    if (outer.aborted) {
+      forward();
+      return;
+    }
+    outer.addEventListener('abort', forward, { once: true });
+    this.#unfollow = () => outer.removeEventListener('abort', forward);
+  }
+
+  #abortWith(error, reason) {
+    if (this.#controller === undefined || this.#controller.signal.aborted) {
+      return;
+    }
+    this.#reason = reason;
+    this.#controller.abort(error);
+  }
+
+  /**
    * Internal: the session was renewed; the lease acts until its new deadline (a worker's
    * connection, which has no holder machine here, is moved by the worker engine's word).
    */
   _cover(deadline) {
     if (this.#holder !== undefined) {
       this.#tell((h, now) => h.cover(deadline, now));
-    } else if (!this.#released && deadline > this.#data.deadline) {
+    } else if (this.#session === undefined && !this.#released && deadline > this.#data.deadline) {
       this.#data = { ...this.#data, deadline };
     }
   }
@@ -373,6 +426,9 @@ class Lease {
    */
   _sessionOver(lost) {
     this.#tell((h, now) => (lost ? h.sessionLost(now) : h.sessionEnded(now)));
+    // Lost or ended with its session, nothing is left to release.
+    this.#released = true;
+    this.#data = { ...this.#data, deadline: 0 };
   }
 
   /** Feeds the lease's holder machine and does what it says. */
@@ -386,18 +442,35 @@ class Lease {
       const out = JSON.parse(o);
       if (out.output === 'covered') {
         this.#data = { ...this.#data, deadline: out.deadline_mono_ms };
+      } else if (out.output === 'cancel') {
+        this.#abortWith(abortReason(out.reason, this.id), out.reason);
       } else if (out.output === 'over') {
-        this.#released = true;
-        this.#data = { ...this.#data, deadline: 0 };
+        // Past its deadline, it is still released at the end as any lease (conditionally).
         this.#drop();
         return;
       }
     }
+    this.#schedule();
+  }
+
+  /** Wakes the holder machine when it is due (its deadline), without keeping the process alive. */
+  #schedule() {
+    clearTimeout(this.#timer);
+    const at = this.#holder?.pollTimeout();
+    if (at === undefined) {
+      return;
+    }
+    const wake = () => this.#tell((h, now) => h.handleTimeout(now));
+    this.#timer = setTimeout(wake, Math.max(0, Math.ceil(at - this.#table.clock.mono())));
+    this.#timer.unref?.();
   }
 
   #drop() {
     this.#holder?.free();
     this.#holder = undefined;
+    clearTimeout(this.#timer);
+    this.#unfollow?.();
+    this.#unfollow = undefined;
   }
 
   get table() {
@@ -478,6 +551,7 @@ class Lease {
     return this.#serial.run(async () => {
       await this.#table._release(this.#data, signal);
       this.#released = true;
+      this.#abortWith(abortReason('Released', this.id), 'Released');
       this.#drop();
       this.#session?._forget(this);
     });

@@ -1,6 +1,7 @@
 // Session mode from Node against the local engine: claims under a session, a live session's
 // work refused, the takeover of a dead session's work (one transaction, fence + 1) and what the
-// stale session may still do (nothing), the one-write end, and the Worker's session loop.
+// stale session may still do (nothing), the one-write end, a session lease's signal (the claim's
+// signal, the session's loss or end, its deadline), and the Worker's session loop.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
@@ -214,6 +215,88 @@ test('a session lost while its deadline is ahead: the renewal that learns it sto
   await assert.rejects(held[0].checkpoint(1), LeaseLostError);
   await assert.rejects(session.claim('a'), LeaseLostError);
   assert.equal((await rawItem(table, 'a')).last_seq, undefined, 'nothing written');
+});
+
+test("a claim under a session takes a signal as using() does: already aborted, nothing is sent; aborted later, the lease's signal aborts with its reason (Shutdown) and the session still covers the lease; a release aborts it with Released", LIMIT, async () => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['a', 'b']);
+  const counting = countingClient();
+  const { LeaseTable } = leaselock;
+  const mine = new LeaseTable({ ...FAST, client: counting.sdk, tableName: table.tableName });
+  const session = await mine.createSession('w1');
+  const sent = counting.total();
+  const refused = new AbortController();
+  refused.abort(new Error('not now'));
+  await assert.rejects(session.claim('a', { signal: refused.signal }), /not now/);
+  assert.equal(counting.total(), sent, 'nothing sent');
+  assert.equal((await rawItem(table, 'a')).session_epoch, undefined, 'not claimed');
+
+  const controller = new AbortController();
+  const lease = await session.claim('a', { signal: controller.signal });
+  assert.equal(lease.signal.aborted, false);
+  assert.equal(lease.cancelReason, undefined);
+  const reason = new Error('winding down');
+  controller.abort(reason);
+  assert.equal(lease.signal.aborted, true);
+  assert.equal(lease.signal.reason, reason, "the caller's reason, as using()'s signal");
+  assert.equal(lease.cancelReason, 'Shutdown');
+  // As under using(): the lease stays held while its holder winds down.
+  const before = lease.deadline;
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  await session.renew();
+  assert.ok(lease.deadline > before && lease.deadline === session.deadline);
+  await lease.checkpoint(3);
+  assert.equal((await rawItem(table, 'a')).last_seq.N, '3');
+  await lease.release();
+  assert.equal(lease.cancelReason, 'Shutdown', 'the first reason stays');
+  assert.equal((await rawItem(table, 'a')).lease_expires_at_ms.N, '0');
+
+  // A signal that does not abort: released by hand, the lease's signal aborts with Released.
+  const other = await session.claim('b', { signal: new AbortController().signal });
+  await other.release();
+  assert.equal(other.cancelReason, 'Released');
+  assert.equal(other.signal.reason.reason, 'Released');
+  // A per-item lease has no signal of its own (using() gives one).
+  const plain = await freshTable({});
+  await plain.start('p', 'ws://127.0.0.1:9/p');
+  const held = await plain.acquire('p', { owner: 'w1' });
+  assert.equal(held.signal, undefined);
+  await held.release();
+  await session.end();
+});
+
+test("a session lease's signal aborts when its session is lost (Lost) or ended (Released), and at its deadline (Deadline) when nothing renews the session", LIMIT, async () => {
+  const table = await freshTable(FAST);
+  await startAll(table, ['a', 'b', 'c']);
+  const ended = await table.createSession('w1');
+  const a = await ended.claim('a', { signal: new AbortController().signal });
+  await ended.end();
+  assert.equal(a.cancelReason, 'Released');
+  assert.equal(a.signal.reason.reason, 'Released');
+
+  const lost = await table.createSession('w2');
+  const b = await lost.claim('b');
+  const item = await sessionItem(table, 'w2');
+  await putRaw(table, { ...item, fence: { N: String(lost.epoch + 1) } });
+  assert.equal(b.signal.aborted, false);
+  await assert.rejects(lost.renew(), LeaseLostError);
+  assert.equal(b.cancelReason, 'Lost');
+  assert.ok(b.signal.reason instanceof LeaseLostError && b.signal.reason.reason === 'Lost');
+
+  const idle = await table.createSession('w3');
+  const c = await idle.claim('c');
+  const deadline = c.deadline;
+  // Its timer does not keep the process alive (as AbortSignal.timeout's): this one does.
+  let timer;
+  const late = new Promise((resolve) => (timer = setTimeout(resolve, deadline - performance.now() + 1_000)));
+  await Promise.race([late, new Promise((resolve) => c.signal.addEventListener('abort', resolve, { once: true }))]);
+  clearTimeout(timer);
+  const at = performance.now();
+  assert.ok(at >= deadline - 1 && at < deadline + 500, `aborted at ${at}, deadline ${deadline}`);
+  assert.equal(c.cancelReason, 'Deadline');
+  assert.ok(c.signal.reason instanceof LeaseLostError && c.signal.reason.reason === 'Deadline');
+  // Past its deadline the lease is still given up (conditionally) as any lease.
+  await assert.rejects(c.checkpoint(1), LeaseLostError);
 });
 
 /** A handler that checkpoints every 100 ms until its signal aborts, and records how it ended. */

@@ -89,9 +89,12 @@ async function leases(signal: AbortSignal): Promise<void> {
   const session: Session = await sessions.createSession('w');
   const load: SessionLoad = { held: 1, maxConnections: 700 };
   await session.renew({ load });
+  const claimed: Lease = await session.claim('c', { signal: new AbortController().signal });
+  const stopping: AbortSignal | undefined = claimed.signal;
+  const why: CancelReason | undefined = claimed.cancelReason;
   const listed: SessionItem[] = await sessions.sessions();
   await session.end({ load });
-  console.log(mode, shards, state, item, states, fence, listed, lease.session?.epoch, regions, offset);
+  console.log(mode, shards, state, item, states, fence, listed, lease.session?.epoch, regions, offset, stopping?.aborted, why);
 }
 
 async function worker(): Promise<WorkerSnapshot> {
