@@ -23,16 +23,37 @@ pub struct Hint {
     /// it. Balance hands it on later if that worker is above its share.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stranded: bool,
+    /// The work was held under this session, which its owner ended before hinting it (a
+    /// graceful shutdown): the receiver reads the item and takes it over as listed, the hints
+    /// of one batch in one transaction, with no read of the fleet's sessions to find the
+    /// session dead. An older reader ignores it and claims the work as any hinted work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<EndedSession>,
+}
+
+/// The session a hint's work was held under, ended by its owner ([`Hint::ended`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct EndedSession {
+    pub owner: String,
+    pub epoch: u64,
+    /// The connections it held when it ended (its last report): the work it freed, which the
+    /// receivers count in the fleet's work at once, whatever their last listing says.
+    pub held: u64,
 }
 
 impl Hint {
     pub fn new(connection_id: impl Into<String>) -> Self {
-        Self { connection_id: connection_id.into(), stranded: false }
+        Self { connection_id: connection_id.into(), stranded: false, ended: None }
+    }
+
+    /// A hint for work held under the session `epoch` of `owner`, which that owner has ended.
+    pub fn of_ended_session(connection_id: impl Into<String>, ended: Option<EndedSession>) -> Self {
+        Self { connection_id: connection_id.into(), stranded: false, ended }
     }
 
     /// A hint for stranded work ([`LeaseStore::stranded`](crate::LeaseStore::stranded)).
     pub fn stranded(connection_id: impl Into<String>) -> Self {
-        Self { connection_id: connection_id.into(), stranded: true }
+        Self { connection_id: connection_id.into(), stranded: true, ended: None }
     }
 
     pub fn to_json(&self) -> String {
@@ -44,6 +65,9 @@ impl Hint {
         let hint: Hint =
             serde_json::from_str(body).map_err(|e| Error::invalid("hint body", crate::render::text(&e.to_string())))?;
         crate::config::validate_id("connection_id", &hint.connection_id)?;
+        if let Some(ended) = &hint.ended {
+            crate::config::validate_id("ended.owner", &ended.owner)?;
+        }
         Ok(hint)
     }
 }
@@ -65,6 +89,17 @@ mod tests {
         assert_eq!(body, r#"{"connection_id":"s1","stranded":true}"#);
         assert!(Hint::from_json(&body).unwrap().stranded);
         assert!(!Hint::from_json(r#"{"connection_id":"s1"}"#).unwrap().stranded);
+    }
+
+    #[test]
+    fn a_hint_of_an_ended_session_names_it_and_an_older_reader_sees_a_hint() {
+        let ended = EndedSession { owner: "w1".into(), epoch: 3, held: 700 };
+        let body = Hint::of_ended_session("s1", Some(ended.clone())).to_json();
+        assert_eq!(body, r#"{"connection_id":"s1","ended":{"owner":"w1","epoch":3,"held":700}}"#);
+        assert_eq!(Hint::from_json(&body).unwrap().ended, Some(ended));
+        assert_eq!(Hint::of_ended_session("s1", None).to_json(), Hint::new("s1").to_json());
+        let bad = r#"{"connection_id":"s1","ended":{"owner":"","epoch":3,"held":1}}"#;
+        assert!(Hint::from_json(bad).unwrap_err().to_string().contains("ended.owner"));
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub use election::{
 pub use error::{Error, Result};
 #[cfg(feature = "dynamodb")]
 pub use fenced::{fenced_put, fenced_write, fenced_write_with_checkpoint};
-pub use hint::Hint;
+pub use hint::{EndedSession, Hint};
 #[cfg(feature = "dynamodb")]
 pub use hold::Hold;
 pub use lease::{DesiredState, Lease, LeaseItem, Session, SessionItem, SessionLoad};

@@ -356,7 +356,7 @@ class Worker {
         this.#settleHints(c);
         break;
       case 'sendHint':
-        this.#sendHint(c.id);
+        this.#sendHint(c.id, c.body);
         break;
       case 'emitMetrics':
         this.#metrics(this.#engine.metricsLine(this.#table.clock.now()));
@@ -506,9 +506,9 @@ class Worker {
   }
 
   /** Hints released work to the fleet, so another worker claims it at once. Best effort. */
-  #sendHint(id) {
+  #sendHint(id, body) {
     const { SendMessageCommand } = require('@aws-sdk/client-sqs');
-    const message = new SendMessageCommand({ QueueUrl: this.#queueUrl, MessageBody: wasm.hintBody(id) });
+    const message = new SendMessageCommand({ QueueUrl: this.#queueUrl, MessageBody: body });
     const sent = this.#sqs.send(message, { abortSignal: AbortSignal.timeout(this.#settings.handOverTimeoutMs) });
     this.#track(sent.then(
       () => undefined,

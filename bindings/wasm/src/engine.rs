@@ -84,6 +84,8 @@ enum JsCommand {
     },
     SendHint {
         id: String,
+        /// The message body ([`Command::hint_body`]).
+        body: String,
     },
     EmitMetrics,
     Finished,
@@ -350,7 +352,10 @@ impl WorkerEngine {
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
                 JsCommand::SettleHints { delete, give_back, defer, defer_ms }
             }
-            Command::SendHint { id } => JsCommand::SendHint { id },
+            Command::SendHint { id, ended } => {
+                let body = Command::hint_body(&id, ended.as_ref());
+                JsCommand::SendHint { id, body }
+            }
             Command::EmitMetrics => JsCommand::EmitMetrics,
             Command::Finished => JsCommand::Finished,
         };

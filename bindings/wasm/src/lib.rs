@@ -259,11 +259,5 @@ pub fn should_release(reason: Option<String>) -> bool {
     decide::should_release(worker::reason(reason.as_deref()))
 }
 
-/// The body of a hint message for `id`.
-#[wasm_bindgen(js_name = hintBody)]
-pub fn hint_body(id: &str) -> String {
-    leaselock::Hint::new(id).to_json()
-}
-
 /// Election: the candidate registry's operations and the elector's decisions (`lib/election.js`).
 mod election;

@@ -547,7 +547,7 @@ fn command_digest(node: usize, at_ms: u64, command: &Command) -> u64 {
         Command::CancelHandler { id, .. }
         | Command::AbortHandler { id }
         | Command::Forget { id }
-        | Command::SendHint { id } => id.hash(&mut h),
+        | Command::SendHint { id, .. } => id.hash(&mut h),
         _ => {}
     }
     h.finish()
@@ -996,7 +996,7 @@ impl Driver<'_> {
             Command::SettleHints { delete, give_back, defer, defer_ms } => {
                 self.hints.settle(delete, give_back, defer, self.mono() + defer_ms);
             }
-            Command::SendHint { id } => self.hints.push(crate::Hint::new(&id).to_json()),
+            Command::SendHint { id, ended } => self.hints.push(Command::hint_body(&id, ended.as_ref())),
             Command::EmitMetrics => {
                 self.nodes[node].engine.take_metrics();
             }

@@ -20,6 +20,13 @@ pub(super) struct HintBatch {
     pub(super) round_wait: Option<(u64, u64)>,
     /// How many ids the hints name that are not tracked here (work nobody holds, at least).
     pub(super) hinted: u64,
+    /// Hints of work under a session that has ended ([`Hint::ended`]): each message's ended
+    /// session (owner, epoch), by its index.
+    pub(super) ended: HashMap<usize, (String, u64)>,
+    /// Their items being read, and those read: the claims start together once every read is
+    /// answered, so that those of one ended session go as one [`Op::TakeOver`].
+    pub(super) reading: usize,
+    pub(super) read: Vec<(usize, String, Option<Listed>)>,
 }
 
 /// The hint queue's long poll. While a batch's claims are in flight the next poll waits
@@ -60,13 +67,26 @@ impl Engine {
         }
         self.totals.hints_received += messages.len() as u64;
         debug!(received = messages.len(), below_limit = self.below_claim_limit(), "hints received");
-        // Hints come in tens: one index query finds all the work they point at. At the fair
-        // share, one read of the sessions first says whether the share has grown.
+        let hints: Vec<Hint> =
+            messages.iter().filter_map(|m| m.body.as_deref().and_then(|b| Hint::from_json(b).ok())).collect();
+        // Hints of a session that has ended name it: their work is read and taken over as
+        // listed, and the claim limit raised from the last listing of the fleet, with no orphan
+        // round and no read of the sessions (every worker a deploy's hints reach would read the
+        // sessions' one partition value at once).
+        let mut ended: BTreeMap<(String, u64), u64> = BTreeMap::new();
+        for e in hints.iter().filter_map(|h| h.ended.as_ref()) {
+            let held = ended.entry((e.owner.clone(), e.epoch)).or_default();
+            *held = (*held).max(e.held);
+        }
+        let all_ended = self.session_mode() && hints.len() == messages.len() && hints.iter().all(|h| h.ended.is_some());
+        // Other hints come in tens: one index query finds all the work they point at. At the
+        // fair share, one read of the sessions first says whether the share has grown.
         let round_ahead = !matches!(self.poll, PollPhase::Claims(_));
-        self.poll_orphans_now();
-        let hinted = messages
-            .iter()
-            .filter_map(|m| m.body.as_deref().and_then(|b| Hint::from_json(b).ok()))
+        if !all_ended {
+            self.poll_orphans_now();
+        }
+        let hinted = hints
+            .into_iter()
             .map(|h| h.connection_id)
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -81,11 +101,14 @@ impl Engine {
             refresh_until: None,
             refreshed: false,
             round_wait: None,
+            ended: HashMap::new(),
+            reading: 0,
+            read: Vec::new(),
         });
         // A session that ended hints its work once it is free: the round about to read the
         // fleet finds that session dead and takes its work as listed (no first write that the
         // session's sentinel refuses, and together: one [`Op::TakeOver`]).
-        if self.session_mode() && round_ahead && !self.stopping && batch.round_wait.is_none() {
+        if self.session_mode() && round_ahead && !all_ended && !self.stopping && batch.round_wait.is_none() {
             batch.round_wait = Some((self.rounds_planned, self.now.mono_ms + HINT_ROUND_WAIT_MS));
         }
         batch.hinted += hinted;
@@ -95,7 +118,7 @@ impl Engine {
         batch.messages.extend(messages);
         // A round about to read the fleet sets the limit anyway: no read of the sessions of
         // its own (every worker a deploy's hints reach reads them at once).
-        if batch.round_wait.is_none() {
+        if batch.round_wait.is_none() && !(all_ended && self.raise_limit_for_ended(&ended, batch.hinted)) {
             self.refresh_limit(&mut batch);
         }
         self.hint_batch = Some(batch);
@@ -113,6 +136,62 @@ impl Engine {
         self.run(Op::Sessions, Pending::RefreshLimit);
         batch.refresh_until = Some(self.now.mono_ms + self.settings.orphan_interval_ms);
         true
+    }
+
+    /// Raises the claim limit for hints of the ended sessions `ended` (owner, epoch: what each
+    /// held at its end) as a read of the sessions would now: the last listing with those
+    /// sessions ended, their work nobody's (the others' loads as last read). Says whether it
+    /// could (it has a listing to go by, or the limit does not apply).
+    pub(super) fn raise_limit_for_ended(&mut self, ended: &BTreeMap<(String, u64), u64>, hinted: u64) -> bool {
+        if !self.balanced() || self.stopping {
+            return true;
+        }
+        if self.last_sessions.is_empty() {
+            return false;
+        }
+        let mut sessions: Vec<SessionItem> =
+            self.last_sessions.iter().filter(|s| !ended.contains_key(&(s.owner.clone(), s.epoch))).cloned().collect();
+        for ((owner, epoch), held) in ended {
+            let load = Some(SessionLoad { held: *held, max_connections: 0 });
+            sessions.push(SessionItem { owner: owner.clone(), epoch: *epoch, expires_at_ms: 0, load });
+        }
+        let (pace, me) = (self.pace_ms(), self.load());
+        let (own, now_ms) = (self.settings.worker_id.clone(), self.now.wall_ms);
+        let limit = self.balancer.refreshed_limit(&sessions, &own, me, hinted, now_ms, &self.config, pace);
+        self.claim_limit = self.claim_limit.max(limit as usize);
+        true
+    }
+
+    /// Starts the read of a hinted item of the ended session `ended` that its takeover goes
+    /// by, if a claim of it may start (its room is kept while it is read).
+    fn read_ended(&mut self, id: &str, index: usize, ended: &crate::EndedSession) -> Result<(), Claim> {
+        self.may_claim(id, Source::Hint)?;
+        self.tracked.insert(id.to_string(), Tracked::Claiming);
+        let (owner, epoch) = (ended.owner.clone(), ended.epoch);
+        self.run(Op::Get { id: id.to_string() }, Pending::EndedRead { id: id.to_string(), index, owner, epoch });
+        Ok(())
+    }
+
+    /// A hinted item of an ended session is read: as listed under that session when it still
+    /// is, so its claim is the takeover; otherwise it is claimed as any hinted work.
+    pub(super) fn ended_read(&mut self, id: String, index: usize, owner: String, epoch: u64, answer: Answer) {
+        let listed = match answer {
+            Answer::Item(Some(item)) if item.owner.as_deref() == Some(owner.as_str()) => Some(Listed { epoch, item }),
+            Answer::Failed(e) => {
+                debug!(connection_id = %id, error = %e, "reading hinted work failed; claiming it as it is");
+                None
+            }
+            _ => None,
+        };
+        match &mut self.hint_batch {
+            Some(batch) => {
+                batch.reading -= 1;
+                batch.read.push((index, id, listed));
+            }
+            None => {
+                self.tracked.remove(&id);
+            }
+        }
     }
 
     /// Hints received and waiting for a claim.
@@ -166,12 +245,34 @@ impl Engine {
                 return;
             }
         }
-        while batch.in_flight < HINT_CLAIM_CONCURRENCY {
+        if batch.reading == 0 {
+            // Every read answered: their claims go together (one takeover per ended session).
+            for (i, id, listed) in std::mem::take(&mut batch.read) {
+                if matches!(self.tracked.get(&id), Some(Tracked::Claiming)) {
+                    self.tracked.remove(&id);
+                }
+                match self.try_claim(&id, Source::Hint, ClaimFrom::Hint(i), listed) {
+                    Ok(()) => batch.in_flight += 1,
+                    Err(outcome) => batch.outcomes[i] = Some(outcome),
+                }
+            }
+        }
+        while batch.in_flight + batch.reading < HINT_CLAIM_CONCURRENCY {
             if batch.queue.is_empty() || !self.take_claim_token(true) {
                 break;
             }
             let Some(i) = batch.queue.pop_front() else { break };
             let outcome = match batch.messages[i].body.as_deref().map(Hint::from_json) {
+                Some(Ok(Hint { connection_id, ended: Some(ended), .. })) if self.session_mode() => {
+                    match self.read_ended(&connection_id, i, &ended) {
+                        Ok(()) => {
+                            batch.ended.insert(i, (ended.owner, ended.epoch));
+                            batch.reading += 1;
+                            continue;
+                        }
+                        Err(outcome) => outcome,
+                    }
+                }
                 Some(Ok(hint)) => {
                     let source = if hint.stranded { Source::Stranded } else { Source::Hint };
                     match self.try_claim(&hint.connection_id, source, ClaimFrom::Hint(i), None) {
@@ -190,7 +291,7 @@ impl Engine {
             };
             batch.outcomes[i] = Some(outcome);
         }
-        if batch.queue.is_empty() && batch.in_flight == 0 {
+        if batch.queue.is_empty() && batch.in_flight == 0 && batch.reading == 0 && batch.read.is_empty() {
             self.settle_hints(batch);
         } else {
             self.hint_batch = Some(batch);

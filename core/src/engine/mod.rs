@@ -146,7 +146,18 @@ enum Pending {
         round: u64,
         sent_mono_ms: u64,
     },
-    EndSession,
+    EndSession {
+        epoch: u64,
+        held: u64,
+    },
+    /// The item of a hint whose session has ended, read before its takeover (the hint batch's
+    /// message `index`; the ended session `(owner, epoch)`).
+    EndedRead {
+        id: String,
+        index: usize,
+        owner: String,
+        epoch: u64,
+    },
     DesiredStates,
     RefreshLimit,
     /// An [`Op::TakeOver`]: the claims it carries (each pending on its own) and their requests.
@@ -226,6 +237,9 @@ pub struct Engine {
     poll_first_shard: u32,
     /// Live sessions in the last listing, this worker's included (session mode).
     fleet_size: usize,
+    /// The last listing of the sessions, as read: hints of an ended session raise the claim
+    /// limit from it with that session ended, with no read of their own.
+    last_sessions: Vec<SessionItem>,
     /// The last orphan page held every orphan of the index, over this many shards in effect.
     seen_whole: Option<f64>,
     /// Claims this worker may send now without passing its rate ([`decide::claim_rate_per_s`]),
@@ -294,6 +308,7 @@ impl Engine {
             clock: None,
             poll_first_shard: 0,
             fleet_size: 1,
+            last_sessions: Vec::new(),
             seen_whole: None,
             claim_tokens: f64::INFINITY,
             claim_tokens_at_mono_ms: now.mono_ms,
@@ -678,6 +693,18 @@ impl Engine {
 
     /// Starts a claim of `id` if it may: capacity, not ours already, within the claim limit.
     fn try_claim(&mut self, id: &str, source: Source, from: ClaimFrom, listed: Option<Listed>) -> Result<(), Claim> {
+        let session = self.may_claim(id, source)?;
+        let session_epoch = session.as_ref().map(|s| s.epoch);
+        self.tracked.insert(id.to_string(), Tracked::Claiming);
+        self.run(
+            Op::Claim { id: id.to_string(), listed: listed.filter(|_| session.is_some()), session },
+            Pending::Claim { id: id.to_string(), source, session_epoch, from },
+        );
+        Ok(())
+    }
+
+    /// Whether a claim of `id` may start now, and under which session.
+    fn may_claim(&self, id: &str, source: Source) -> Result<Option<Session>, Claim> {
         if self.capacity() == 0 {
             return Err(Claim::NoCapacity);
         }
@@ -694,18 +721,11 @@ impl Engine {
         if limited && self.tracked.len() >= self.claim_limit {
             return Err(Claim::AtLimit);
         }
-        let session = match (self.session_mode(), self.live_session()) {
-            (false, _) => None,
-            (true, Some(s)) => Some(s.clone()),
-            (true, None) => return Err(Claim::Failed),
-        };
-        let session_epoch = session.as_ref().map(|s| s.epoch);
-        self.tracked.insert(id.to_string(), Tracked::Claiming);
-        self.run(
-            Op::Claim { id: id.to_string(), listed: listed.filter(|_| session.is_some()), session },
-            Pending::Claim { id: id.to_string(), source, session_epoch, from },
-        );
-        Ok(())
+        match (self.session_mode(), self.live_session()) {
+            (false, _) => Ok(None),
+            (true, Some(s)) => Ok(Some(s.clone())),
+            (true, None) => Err(Claim::Failed),
+        }
     }
 
     fn claim_answered(&mut self, id: String, source: Source, session_epoch: Option<u64>, answer: Answer) -> Claim {
@@ -833,7 +853,7 @@ impl Engine {
                         }
                         let hinted = matches!(reason, Some(CancelReason::Shutdown | CancelReason::HandOver));
                         if hinted && self.settings.hints {
-                            self.commands.push_back(Command::SendHint { id: id.clone() });
+                            self.commands.push_back(Command::SendHint { id: id.clone(), ended: None });
                         }
                     }
                     Answer::Failed(Error::Lost { .. }) => {
@@ -866,21 +886,28 @@ impl Engine {
             }
             Pending::CreateSession => self.session_created(answer),
             Pending::RenewSession { round, sent_mono_ms } => self.session_renewed(round, sent_mono_ms, answer),
-            Pending::EndSession => {
-                match answer {
-                    Answer::Done => info!(worker_id = %self.settings.worker_id, "session ended"),
-                    Answer::Failed(e) => {
-                        warn!(worker_id = %self.settings.worker_id, error = %e, "session end failed; it will expire")
+            Pending::EndSession { epoch, held } => {
+                // Hints of work under a session that has ended say so: the receivers take it
+                // over as they read it, with no read of the fleet's sessions.
+                let ended = match answer {
+                    Answer::Done => {
+                        info!(worker_id = %self.settings.worker_id, "session ended");
+                        Some(crate::EndedSession { owner: self.settings.worker_id.clone(), epoch, held })
                     }
-                    _ => {}
-                }
+                    Answer::Failed(e) => {
+                        warn!(worker_id = %self.settings.worker_id, error = %e, "session end failed; it will expire");
+                        None
+                    }
+                    _ => None,
+                };
                 if self.settings.hints {
                     for id in std::mem::take(&mut self.held_at_shutdown) {
-                        self.commands.push_back(Command::SendHint { id });
+                        self.commands.push_back(Command::SendHint { id, ended: ended.clone() });
                     }
                 }
                 self.session = SessionPhase::Ended;
             }
+            Pending::EndedRead { id, index, owner, epoch } => self.ended_read(id, index, owner, epoch, answer),
             Pending::DesiredStates => {
                 self.desired_in_flight = false;
                 match answer {
@@ -911,6 +938,7 @@ impl Engine {
                         pace,
                     );
                     self.claim_limit = self.claim_limit.max(limit as usize);
+                    self.last_sessions = sessions;
                 }
                 if let Some(batch) = &mut self.hint_batch {
                     batch.refresh_until = None;

@@ -139,6 +139,7 @@ impl Engine {
             .filter(|at| *at > wall)
             .min()
             .map(|at| mono + (at - wall));
+        self.last_sessions = sessions.clone();
         let owners: Vec<(String, u64, u64, Option<SessionLoad>)> =
             sessions.iter().map(|s| (s.owner.clone(), s.epoch, s.expires_at_ms, s.load)).collect();
         let (peers, dead) =
@@ -464,6 +465,11 @@ impl Engine {
             ClaimFrom::Hint(i) => {
                 if let Some(batch) = &mut self.hint_batch {
                     batch.in_flight -= 1;
+                    if let Some(ended) = batch.ended.get(&i).filter(|_| outcome == Claim::Claimed) {
+                        // Taken over from a session that ended: its last report counts it no more.
+                        *self.taken_from.entry(ended.clone()).or_default() += 1;
+                        self.totals.session_takeovers += 1;
+                    }
                     if let Some(slot) = batch.outcomes.get_mut(i) {
                         *slot = Some(outcome);
                     }

@@ -112,7 +112,8 @@ impl Engine {
                         held: self.held_at_shutdown.len() as u64,
                         max_connections: self.settings.max_connections as u64,
                     };
-                    self.run(Op::EndSession { session, load }, Pending::EndSession);
+                    let (epoch, held) = (session.epoch, load.held);
+                    self.run(Op::EndSession { session, load }, Pending::EndSession { epoch, held });
                     self.session = SessionPhase::Ending;
                     return;
                 }

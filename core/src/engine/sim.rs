@@ -686,7 +686,7 @@ impl Sim {
                 self.hints.settle(delete, give_back, defer, self.clock.monotonic_ms() + defer_ms);
                 self.answer_long_polls();
             }
-            Command::SendHint { id } => self.send_hint(&id),
+            Command::SendHint { id, ended } => self.hints_push(Command::hint_body(&id, ended.as_ref())),
             Command::EmitMetrics => {
                 self.nodes[worker].engine.take_metrics();
             }

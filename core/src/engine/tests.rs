@@ -262,9 +262,8 @@ fn a_lone_balanced_worker_takes_hinted_new_work_without_deferring_the_hints() {
 }
 
 /// A session worker's graceful end hints its work once the session is ended: the survivor's
-/// hints wait for the orphan round they start, which reads the ended session as dead and takes
-/// its work as listed (the takeover transaction first, sent together), not one claim per hint
-/// that the session's sentinel refuses first.
+/// hints name the ended session: its work is read and taken as listed (the takeover transaction
+/// first, sent together), not one claim per hint that the session's sentinel refuses first.
 #[test]
 fn a_graceful_session_ends_work_is_taken_as_listed_not_one_claim_per_hint() {
     let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
@@ -293,6 +292,56 @@ fn a_graceful_session_ends_work_is_taken_as_listed_not_one_claim_per_hint() {
     assert!(claims.iter().all(|(_, listed)| *listed), "every claim as listed: {claims:?}");
     // The hints of b's end came (a batch's first started the round that took the work).
     assert!(sim.nodes[a].engine.snapshot().hints_received > hinted, "the hints came");
+}
+
+/// A worker that ends its session hints its work naming that session ([`crate::Hint::ended`]):
+/// each survivor a hint reaches reads the item and takes it over as listed, a batch's hints in
+/// one transaction, with no orphan round, no read of the sessions and no listing of the owner
+/// index. A deploy's hints reach every worker at once, and the sessions are one partition value
+/// the whole fleet reads.
+#[test]
+fn hints_of_an_ended_session_are_taken_over_as_read_with_no_read_of_the_sessions() {
+    let mut sim = Sim::new(config(LeaseMode::Session, 3_000, 1_000, 500), START);
+    sim.behaviour.latency_ms = 20;
+    let ids = start_work(&sim, 40);
+    let with = |id: &str| Settings { hints: true, orphan_interval_ms: 10_000, ..settings(id, 100) };
+    let workers: Vec<usize> =
+        ["a", "b", "c", "d"].iter().enumerate().map(|(i, id)| sim.spawn(with(id), i as u64 + 1)).collect();
+    let balanced = |s: &Sim| s.all_held_once(&ids) && workers.iter().all(|w| s.running(*w) >= 8);
+    assert!(sim.run_while(180_000, 10, balanced), "balanced");
+    let (leaving, survivors) = (workers[3], &workers[..3]);
+    let left = sim.held_only_by(leaving);
+    assert!(!left.is_empty());
+    let from = sim.log.len();
+    sim.shutdown(leaving);
+    let at = sim.clock.monotonic_ms();
+    let handed = |s: &Sim| s.nodes[leaving].finished && survivors.iter().map(|w| s.running(*w)).sum::<usize>() == 40;
+    assert!(sim.run_while(at + 5_000, 5, handed), "the survivors hold all 40");
+    let took = sim.clock.monotonic_ms() - at;
+    let runs: Vec<&Op> = sim.log[from..]
+        .iter()
+        .filter(|e| survivors.contains(&e.worker))
+        .filter_map(|e| match &e.command {
+            Command::Run { request, .. } => Some(request),
+            _ => None,
+        })
+        .collect();
+    let count = |pred: &dyn Fn(&Op) -> bool| runs.iter().filter(|o| pred(o)).count();
+    assert_eq!(count(&|o| matches!(o, Op::Sessions | Op::OwnedBy { .. } | Op::OrphansPage { .. })), 0, "{runs:?}");
+    assert_eq!(count(&|o| matches!(o, Op::Get { .. })), left.len(), "one read of each hinted item");
+    let claims: Vec<(String, Option<String>)> = sim.log[from..]
+        .iter()
+        .filter(|e| survivors.contains(&e.worker))
+        .flat_map(|e| claims_sent(&e.command))
+        .collect();
+    let mut claimed: Vec<&String> = claims.iter().map(|(id, _)| id).collect();
+    claimed.sort();
+    assert_eq!(claimed, left.iter().collect::<Vec<_>>(), "one claim each: {claims:?}");
+    assert!(claims.iter().all(|(_, under)| under.as_deref() == Some("d")), "every claim as listed under d: {claims:?}");
+    let transactions = count(&|o| matches!(o, Op::TakeOver { .. }));
+    assert!((1..left.len()).contains(&transactions), "{transactions} takeover transactions for {}", left.len());
+    // The end, the hints' long polls, the reads and the transactions: a few latencies.
+    assert!(took <= 500, "handed over in {took} ms");
 }
 
 /// The claims a command sends: one, or those of a takeover transaction; with the owner of the

@@ -274,14 +274,26 @@ pub enum Command {
         defer: Vec<String>,
         defer_ms: u64,
     },
-    /// Hint released work to the fleet (best effort, no answer).
+    /// Hint released work to the fleet (best effort, no answer): the message body is
+    /// [`Hint::of_ended_session`]`(id, ended)` ([`Command::hint_body`]). `ended`: the work is
+    /// held under this worker's session, which it has ended (a graceful shutdown in session
+    /// mode).
     SendHint {
         id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ended: Option<crate::EndedSession>,
     },
     /// Write a metrics line from [`Engine::take_metrics`].
     EmitMetrics,
     /// The run is over (after a shutdown): nothing more will be asked.
     Finished,
+}
+
+impl Command {
+    /// The hint message body a [`Command::SendHint`] sends.
+    pub fn hint_body(id: &str, ended: Option<&crate::EndedSession>) -> String {
+        Hint::of_ended_session(id, ended.cloned()).to_json()
+    }
 }
 
 /// How a claim attempt ended.

@@ -11,7 +11,6 @@ use tracing::{debug, warn};
 use super::decide::{HAND_OVER_TIMEOUT, POLL_ANSWER_MARGIN};
 use super::HintQueue;
 use crate::engine::{Event, HintMessage};
-use crate::Hint;
 
 /// One long poll of the hint queue, answered as the engine's [`Event::Hints`]. A long poll is
 /// not abandoned at shutdown: SQS may still hand messages to a poll whose client has gone, and
@@ -99,8 +98,8 @@ pub(crate) async fn settle(
 
 /// Hints work this worker released on shutdown, so another worker claims it at once instead
 /// of at its next orphan poll. Best effort: the orphan index finds whatever a lost hint leaves.
-pub(crate) async fn hand_over(queue: &HintQueue, id: &str) {
-    let sent = queue.client.send_message().queue_url(&queue.queue_url).message_body(Hint::new(id).to_json()).send();
+pub(crate) async fn hand_over(queue: &HintQueue, id: &str, body: String) {
+    let sent = queue.client.send_message().queue_url(&queue.queue_url).message_body(body).send();
     match tokio::time::timeout(HAND_OVER_TIMEOUT, sent).await {
         Ok(Ok(_)) => debug!(connection_id = %id, "released work hinted to the fleet"),
         Ok(Err(e)) => {

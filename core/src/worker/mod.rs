@@ -596,9 +596,10 @@ impl Driver {
                     self.effects.push(hint_queue::settle(queue, delete, give_back, defer, defer_ms).boxed());
                 }
             }
-            Command::SendHint { id } => {
+            Command::SendHint { id, ended } => {
                 if let Some(queue) = self.hints.clone() {
-                    self.effects.push(async move { hint_queue::hand_over(&queue, &id).await }.boxed());
+                    let body = Command::hint_body(&id, ended.as_ref());
+                    self.effects.push(async move { hint_queue::hand_over(&queue, &id, body).await }.boxed());
                 }
             }
             Command::EmitMetrics => {
