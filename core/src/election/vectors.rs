@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::machine::{Elector, Input, Output, Setup};
+use crate::trace_vector::Run;
 
 /// One step: at `at` (monotonic ms), `input` (or, without one, only the time) and what must
 /// come out.
@@ -34,85 +35,80 @@ pub struct Trace {
 /// Where a replay parted from its trace (step 0: the machine's creation, then 1-based).
 pub type Mismatch = crate::trace_vector::Mismatch<Value>;
 
-fn drain(machine: &mut Elector) -> Vec<Value> {
-    std::iter::from_fn(|| machine.poll_output()).map(|o| json(&o)).collect()
+impl crate::trace_vector::Machine for Elector {
+    type Input = Input;
+    type Output = Output;
+    fn handle(&mut self, input: Input, now_mono_ms: u64) {
+        Elector::handle(self, input, now_mono_ms)
+    }
+    fn handle_timeout(&mut self, now_mono_ms: u64) {
+        Elector::handle_timeout(self, now_mono_ms)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Elector::poll_output(self)
+    }
 }
 
-fn json(output: &Output) -> Value {
-    serde_json::to_value(output).expect("outputs are plain data")
+impl crate::trace_vector::Step<Elector> for Step {
+    fn at(&self) -> u64 {
+        self.at
+    }
+    fn input(&self) -> Option<&Value> {
+        self.input.as_ref()
+    }
+    fn expect(&self) -> &[Value] {
+        &self.expect
+    }
+    fn took(_: &Elector, at: u64, input: Option<Value>, expect: Vec<Value>) -> Self {
+        Step { at, input, expect }
+    }
 }
 
 /// Replays `trace` on a new machine; the first step whose outputs differ is the error.
 pub fn replay(trace: &Trace) -> Result<(), Mismatch> {
-    let mut machine = Elector::new(trace.setup.clone(), trace.seed, trace.start_mono_ms);
-    let got = drain(&mut machine);
-    if got != trace.start_expect {
-        return Err(Mismatch { step: 0, expected: trace.start_expect.clone(), got });
-    }
-    for (i, step) in trace.steps.iter().enumerate() {
-        match &step.input {
-            Some(input) => match serde_json::from_value::<Input>(input.clone()) {
-                Ok(input) => machine.handle(input, step.at),
-                Err(e) => {
-                    let got = vec![Value::String(format!("unreadable input: {e}"))];
-                    return Err(Mismatch { step: i + 1, expected: step.expect.clone(), got });
-                }
-            },
-            None => machine.handle_timeout(step.at),
-        }
-        let got = drain(&mut machine);
-        if got != step.expect {
-            return Err(Mismatch { step: i + 1, expected: step.expect.clone(), got });
-        }
-    }
-    Ok(())
+    let machine = Elector::new(trace.setup.clone(), trace.seed, trace.start_mono_ms);
+    crate::trace_vector::replay(machine, &trace.start_expect, &trace.steps)
 }
 
 /// Records a call as a [`Trace`] while driving its machine.
 #[derive(Debug)]
 pub struct Recorder {
-    machine: Elector,
+    run: Run<Elector, Step>,
+    /// The trace but its run.
     trace: Trace,
 }
 
 impl Recorder {
     pub fn new(name: &str, description: &str, setup: Setup, seed: u64, start_mono_ms: u64) -> Self {
-        let mut machine = Elector::new(setup.clone(), seed, start_mono_ms);
-        let start_expect = drain(&mut machine);
+        let run = Run::new(Elector::new(setup.clone(), seed, start_mono_ms));
         let trace = Trace {
             name: name.into(),
             description: description.into(),
             setup,
             seed,
             start_mono_ms,
-            start_expect,
+            start_expect: Vec::new(),
             steps: Vec::new(),
         };
-        Self { machine, trace }
+        Self { run, trace }
     }
 
     /// What the machine emitted so far: at its creation, or in the last step.
     pub fn last(&self) -> &[Value] {
-        self.trace.steps.last().map_or(&self.trace.start_expect, |s| &s.expect)
+        self.run.last()
     }
 
     pub fn machine(&self) -> &Elector {
-        &self.machine
+        self.run.machine()
     }
 
     /// `input` at `at` (`None`: the time only); returns what came out.
     pub fn step(&mut self, at: u64, input: Option<Input>) -> &[Value] {
-        let recorded = input.as_ref().map(|i| serde_json::to_value(i).expect("inputs are plain data"));
-        match input {
-            Some(input) => self.machine.handle(input, at),
-            None => self.machine.handle_timeout(at),
-        }
-        let expect = drain(&mut self.machine);
-        self.trace.steps.push(Step { at, input: recorded, expect });
-        self.last()
+        self.run.step(at, input)
     }
 
     pub fn finish(self) -> Trace {
-        self.trace
+        let (start_expect, steps) = self.run.finish();
+        Trace { start_expect, steps, ..self.trace }
     }
 }

@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use super::{Holder, Input, Output, Setup};
+use crate::trace_vector::Run;
 use crate::Lease;
 
 /// One step: at `at` (monotonic ms), `input` (or, without one, only the time), what must come
@@ -38,59 +39,59 @@ pub struct Trace {
 /// Where a replay parted from its trace (step 0: the machine's creation, then 1-based).
 pub type Mismatch = crate::trace_vector::Mismatch<Value>;
 
-fn drain(machine: &mut Holder) -> Vec<Value> {
-    std::iter::from_fn(|| machine.poll_output()).map(|o| json(&o)).collect()
+impl crate::trace_vector::Machine for Holder {
+    type Input = Input;
+    type Output = Output;
+    fn handle(&mut self, input: Input, now_mono_ms: u64) {
+        Holder::handle(self, input, now_mono_ms)
+    }
+    fn handle_timeout(&mut self, now_mono_ms: u64) {
+        Holder::handle_timeout(self, now_mono_ms)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Holder::poll_output(self)
+    }
 }
 
-fn json(output: &Output) -> Value {
-    serde_json::to_value(output).expect("outputs are plain data")
-}
-
-/// What a step must show: its outputs, then `{"may_act": ...}`.
-fn shown(mut outputs: Vec<Value>, may_act: bool) -> Vec<Value> {
-    outputs.push(serde_json::json!({ "may_act": may_act }));
-    outputs
+impl crate::trace_vector::Step<Holder> for Step {
+    fn at(&self) -> u64 {
+        self.at
+    }
+    fn input(&self) -> Option<&Value> {
+        self.input.as_ref()
+    }
+    fn expect(&self) -> &[Value] {
+        &self.expect
+    }
+    fn took(machine: &Holder, at: u64, input: Option<Value>, expect: Vec<Value>) -> Self {
+        Step { at, input, expect, may_act: machine.may_act(at) }
+    }
+    /// Its outputs, then `{"may_act": ...}`.
+    fn shown(&self) -> Vec<Value> {
+        let mut shown = self.expect.clone();
+        shown.push(serde_json::json!({ "may_act": self.may_act }));
+        shown
+    }
 }
 
 /// Replays `trace` on a new machine; the first step whose outputs (or `may_act`) differ is the
 /// error.
 pub fn replay(trace: &Trace) -> Result<(), Mismatch> {
-    let mut machine = Holder::new(trace.setup.clone(), &trace.lease, trace.seed, trace.start_mono_ms);
-    let got = drain(&mut machine);
-    if got != trace.start_expect {
-        return Err(Mismatch { step: 0, expected: trace.start_expect.clone(), got });
-    }
-    for (i, step) in trace.steps.iter().enumerate() {
-        match &step.input {
-            Some(input) => match serde_json::from_value::<Input>(input.clone()) {
-                Ok(input) => machine.handle(input, step.at),
-                Err(e) => {
-                    let got = vec![Value::String(format!("unreadable input: {e}"))];
-                    return Err(Mismatch { step: i + 1, expected: step.expect.clone(), got });
-                }
-            },
-            None => machine.handle_timeout(step.at),
-        }
-        let got = shown(drain(&mut machine), machine.may_act(step.at));
-        let expected = shown(step.expect.clone(), step.may_act);
-        if got != expected {
-            return Err(Mismatch { step: i + 1, expected, got });
-        }
-    }
-    Ok(())
+    let machine = Holder::new(trace.setup.clone(), &trace.lease, trace.seed, trace.start_mono_ms);
+    crate::trace_vector::replay(machine, &trace.start_expect, &trace.steps)
 }
 
 /// Records a held lease as a [`Trace`] while driving its machine.
 #[derive(Debug)]
 pub struct Recorder {
-    machine: Holder,
+    run: Run<Holder, Step>,
+    /// The trace but its run.
     trace: Trace,
 }
 
 impl Recorder {
     pub fn new(name: &str, description: &str, setup: Setup, lease: Lease, seed: u64, start_mono_ms: u64) -> Self {
-        let mut machine = Holder::new(setup.clone(), &lease, seed, start_mono_ms);
-        let start_expect = drain(&mut machine);
+        let run = Run::new(Holder::new(setup.clone(), &lease, seed, start_mono_ms));
         let trace = Trace {
             name: name.into(),
             description: description.into(),
@@ -98,35 +99,28 @@ impl Recorder {
             lease,
             seed,
             start_mono_ms,
-            start_expect,
+            start_expect: Vec::new(),
             steps: Vec::new(),
         };
-        Self { machine, trace }
+        Self { run, trace }
     }
 
     /// What the machine emitted so far: at its creation, or in the last step.
     pub fn last(&self) -> &[Value] {
-        self.trace.steps.last().map_or(&self.trace.start_expect, |s| &s.expect)
+        self.run.last()
     }
 
     pub fn machine(&self) -> &Holder {
-        &self.machine
+        self.run.machine()
     }
 
     /// `input` at `at` (`None`: the time only); returns what came out.
     pub fn step(&mut self, at: u64, input: Option<Input>) -> &[Value] {
-        let recorded = input.as_ref().map(|i| serde_json::to_value(i).expect("inputs are plain data"));
-        match input {
-            Some(input) => self.machine.handle(input, at),
-            None => self.machine.handle_timeout(at),
-        }
-        let expect = drain(&mut self.machine);
-        let may_act = self.machine.may_act(at);
-        self.trace.steps.push(Step { at, input: recorded, expect, may_act });
-        self.last()
+        self.run.step(at, input)
     }
 
     pub fn finish(self) -> Trace {
-        self.trace
+        let (start_expect, steps) = self.run.finish();
+        Trace { start_expect, steps, ..self.trace }
     }
 }
