@@ -506,6 +506,19 @@ fn record_all() -> Vec<Trace> {
             Some(12_000),
         ));
     }
+    {
+        let c = config(LeaseMode::Session, 3_000, 1_000, 500);
+        let sim = Sim::new(c, START);
+        start_work(&sim, 2);
+        traces.push(record(
+            "session_shutdown_hints_name_the_ended_session",
+            "Session mode: a shutdown cancels each handler, ends the session in one write reporting what it held, then hints each connection naming the ended session (owner, epoch, held) so that receivers take it over as read.",
+            sim,
+            Settings { hints: true, index_lag_ms: 0, ..settings("a", 10) },
+            6_000,
+            Some(6_000),
+        ));
+    }
     traces
 }
 
