@@ -127,7 +127,9 @@ pub fn block_on<T>(future: impl Future<Output = T>) -> T {
 /// well under 1 KB: one write unit per item written, an index entry whose key changes is a
 /// delete and a put, a transaction's writes count twice, a failed conditional write one unit;
 /// reads 4 KB per unit, halved when eventually consistent). Each write lands on the table item's
-/// own partition, and on the index partitions it moves through.
+/// own partition, and on the index partitions it moves through. Reads of work items by key (a
+/// `GetItem` of a hinted item, the batched desired-state checks) are not billed: each reads one
+/// item's own partition value, a unit or less, never near a limit.
 #[derive(Debug, Default)]
 pub struct Partitions {
     /// (place, partition value) → (second, units in it).
