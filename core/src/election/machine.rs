@@ -1,8 +1,9 @@
 //! The elector as a machine without I/O: one `run_if_*` call from its first request to its
 //! outcome. Claim attempts and their retry pauses within the wait, the candidate heartbeat and
-//! listings of a strategic election, the term's renewals (the [`Keeper`]'s schedule, retry policy
-//! and rule 2), the step-down check at every term boundary, the minimum lease, the release and the
-//! withdrawal are all decided here, on the monotonic milliseconds the driver passes in.
+//! listings of a strategic election, the step-down check at every term boundary, the minimum
+//! lease, the release and the withdrawal are all decided here, on the monotonic milliseconds the
+//! driver passes in. The term's lease is kept by a [`Holder`] the elector steps (its renewal
+//! schedule, retry policy, rule 2 deadline and first cancel reason), as every held lease is.
 //!
 //! A driver creates an [`Elector`] and then, until it emits [`Output::Done`]:
 //! - sends every [`Output::Send`] (giving a request up at its `until_mono_ms`, if it has one:
@@ -22,7 +23,8 @@ use std::collections::VecDeque;
 
 use super::rules::{self, MinLease};
 use super::{Candidate, Strategy, Timing};
-use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
+use crate::holder::{self, Holder};
+use crate::keeper::{CancelReason, Renewal};
 use crate::{Error, Lease};
 
 /// Why a term ended.
@@ -59,6 +61,29 @@ impl TermOver {
             TermOver::Aborted | TermOver::Released => TermEnd::Finished,
         }
     }
+
+    /// The term's holder's cancel reason for it.
+    fn cancel_reason(self) -> CancelReason {
+        match self {
+            TermOver::Deadline => CancelReason::Deadline,
+            TermOver::Lost => CancelReason::Lost,
+            TermOver::SteppedDown => CancelReason::HandOver,
+            TermOver::Aborted => CancelReason::Shutdown,
+            TermOver::Released => CancelReason::Released,
+        }
+    }
+
+    /// What the term's holder's cancel reason says (a term is never stopped: its renewals carry
+    /// no desired state).
+    fn of(reason: CancelReason) -> Self {
+        match reason {
+            CancelReason::Deadline => TermOver::Deadline,
+            CancelReason::Lost => TermOver::Lost,
+            CancelReason::HandOver => TermOver::SteppedDown,
+            CancelReason::Shutdown | CancelReason::Stopped => TermOver::Aborted,
+            CancelReason::Released => TermOver::Released,
+        }
+    }
 }
 
 /// What the call competes for.
@@ -92,6 +117,16 @@ impl Setup {
     fn timing(&self) -> Timing {
         let ms = std::time::Duration::from_millis;
         Timing { lease: ms(self.lease_ms), renew: ms(self.renew_ms), skew: ms(self.skew_ms) }
+    }
+
+    /// How a term's holder keeps the lease: renewed on the lease's schedule.
+    fn holder(&self) -> holder::Setup {
+        holder::Setup {
+            mode: holder::Mode::Renew,
+            lease_ms: self.lease_ms,
+            renew_ms: self.renew_ms,
+            skew_ms: self.skew_ms,
+        }
     }
 }
 
@@ -200,7 +235,9 @@ enum Phase {
 #[derive(Debug)]
 struct Term {
     lease: Lease,
-    keeper: Keeper,
+    /// Keeps the lease: when to renew, the retries, the deadline and the first cancel reason
+    /// (the one [`Output::TermOver`] says).
+    holder: Holder,
     /// Why the term ended, once it has: nothing more is renewed or checked.
     ended: Option<TermEnd>,
     /// The action has returned.
@@ -208,13 +245,13 @@ struct Term {
     /// The lease is to be released before the call ends, and the release in flight.
     must_release: bool,
     release: Option<u64>,
-    renewal: Option<u64>,
+    /// The renewal in flight: its request's id and the holder's.
+    renewal: Option<(u64, u64)>,
     /// Strategic: the next term boundary, and the step-down listing in flight.
     next_term: Option<u64>,
     checking: Option<u64>,
     started_mono: u64,
     started_store: u64,
-    over_sent: bool,
 }
 
 /// One `run_if_*` call's election; see the module docs.
@@ -276,13 +313,7 @@ impl Elector {
         match &self.phase {
             Phase::Pausing { until } => at = at.min(*until),
             Phase::Term(t) if t.ended.is_none() => {
-                at = at.min(t.keeper.deadline_mono_ms());
-                if t.renewal.is_none() {
-                    at = at.min(match t.keeper.poll(self.now) {
-                        Wake::SleepUntil(w) => w,
-                        _ => self.now,
-                    });
-                }
+                at = at.min(t.holder.poll_timeout().unwrap_or(u64::MAX));
                 if t.checking.is_none() {
                     at = at.min(t.next_term.unwrap_or(u64::MAX));
                 }
@@ -306,7 +337,7 @@ impl Elector {
         match input {
             Input::Answer { id, result } => self.answered(id, result, now_mono_ms),
             Input::Finished => self.finished(),
-            Input::Abort => self.abort(),
+            Input::Abort => self.abort(now_mono_ms),
         }
         self.advance(now_mono_ms);
     }
@@ -380,13 +411,15 @@ impl Elector {
     }
 
     fn elected(&mut self, lease: Lease, sent_mono: u64, now: u64) -> Phase {
-        let renew_ms = self.timing.renew_ms();
+        // The first renewal is due a renew interval after the claim was sent.
         let claim = Renewal {
             deadline_mono_ms: lease.deadline_mono_ms,
-            next_renew_mono_ms: sent_mono + renew_ms,
+            next_renew_mono_ms: sent_mono + self.setup.renew_ms,
             stopped: false,
         };
-        let keeper = Keeper::from_claim(claim, Upkeep::Renew, renew_ms);
+        // The call's random source goes on in the holder: the term's retries draw from it as the
+        // claim's pauses did (nothing is drawn after a term).
+        let holder = Holder::from_claim(self.setup.holder(), claim, self.rng, now);
         // The minimum lease counts from the action's start (the claim's answer is in), so two
         // runs are never closer than it whatever the claim's latency.
         let started_store = rules::claim_store_ms(lease.expires_at_ms, &self.timing) + now.saturating_sub(sent_mono);
@@ -397,7 +430,7 @@ impl Elector {
         self.out.push_back(Output::Elected { lease: lease.clone() });
         Phase::Term(Box::new(Term {
             lease,
-            keeper,
+            holder,
             ended: None,
             done: false,
             must_release: false,
@@ -407,7 +440,6 @@ impl Elector {
             checking: None,
             started_mono: now,
             started_store,
-            over_sent: false,
         }))
     }
 
@@ -455,12 +487,12 @@ impl Elector {
                 Err(error) => self.end(Ended::Failed { error }),
             },
             Phase::Term(mut t) => {
-                if t.renewal == Some(id) {
+                if let Some((_, renewal)) = t.renewal.filter(|(request, _)| *request == id) {
                     t.renewal = None;
-                    self.renewed(&mut t, result, now);
+                    self.renewed(&mut t, renewal, result, now);
                 } else if t.checking == Some(id) {
                     t.checking = None;
-                    self.checked(&mut t, result);
+                    self.checked(&mut t, result, now);
                 } else if t.release == Some(id) {
                     // Whatever the answer: a release that failed leaves the lease to run out.
                     t.release = None;
@@ -493,38 +525,59 @@ impl Elector {
         }
     }
 
-    fn renewed(&mut self, t: &mut Term, result: Result<Reply, Error>, now: u64) {
+    /// The answer to the holder's renewal `renewal`: a refusal ends the term at once; what
+    /// falls due after it waits for the upkeep that follows (the minimum lease comes first).
+    fn renewed(&mut self, t: &mut Term, renewal: u64, result: Result<Reply, Error>, now: u64) {
         if t.ended.is_some() {
             return;
         }
-        let unit = self.unit();
-        let stop = match result {
+        let result = match result {
             Ok(Reply::Lease(lease)) => {
-                let renewal = Renewal {
-                    deadline_mono_ms: lease.deadline_mono_ms,
-                    next_renew_mono_ms: rules::next_renew_after_success(lease.deadline_mono_ms, &self.timing),
-                    stopped: false,
-                };
                 t.lease = lease.clone();
-                self.out.push_back(Output::Renewed { lease });
-                t.keeper.renewed(Ok(renewal), now, unit)
+                self.out.push_back(Output::Renewed { lease: lease.clone() });
+                // A term has no desired state: whatever the lease says, it is not stopped.
+                Ok(Lease { desired_state: None, ..lease })
             }
-            Ok(_) => t.keeper.renewed(Err(&unexpected("a renewal")), now, unit),
-            Err(e) => t.keeper.renewed(Err(&e), now, unit),
+            Ok(_) => Err(unexpected("a renewal")),
+            Err(e) => Err(e),
         };
-        if stop.is_some() {
-            self.over(t, TermOver::Lost);
+        t.holder.take(holder::Input::Answer { id: renewal, result }, now);
+        self.keep(t);
+    }
+
+    /// Turns what the term's holder emitted into the elector's outputs: its renewals into
+    /// requests, its first cancel reason into [`Output::TermOver`], and its end (the lease lost
+    /// or past its deadline) into the term's.
+    fn keep(&mut self, t: &mut Term) {
+        while let Some(output) = t.holder.poll_output() {
+            match output {
+                holder::Output::Renew { id, until_mono_ms } => {
+                    let request = self.send(Request::Renew { lease: t.lease.clone() }, Some(until_mono_ms));
+                    t.renewal = Some((request, id));
+                }
+                holder::Output::Cancel { reason } => {
+                    self.out.push_back(Output::TermOver { reason: TermOver::of(reason) });
+                }
+                holder::Output::Over if t.ended.is_none() => {
+                    t.ended = Some(TermEnd::Lost);
+                    t.renewal = None;
+                    t.checking = None;
+                }
+                // Every renewal landed is told as `Renewed`, covered or not; an end the elector
+                // decided is the term's already.
+                holder::Output::Covered { .. } | holder::Output::Over => {}
+            }
         }
     }
 
-    fn checked(&mut self, t: &mut Term, result: Result<Reply, Error>) {
+    fn checked(&mut self, t: &mut Term, result: Result<Reply, Error>, now: u64) {
         let Race::Elected { strategy, term_ms, .. } = &self.setup.race else { return };
         if t.ended.is_some() {
             return;
         }
         if let Ok(Reply::Candidates(c)) = &result {
             if rules::steps_down(strategy, c, &self.setup.owner) {
-                self.over(t, TermOver::SteppedDown);
+                self.over(t, TermOver::SteppedDown, now);
                 return;
             }
         }
@@ -532,21 +585,16 @@ impl Elector {
         t.next_term = t.next_term.map(|at| at + term_ms);
     }
 
-    /// The term ends for `reason`: nothing more is renewed; stepping down releases the lease.
-    fn over(&mut self, t: &mut Term, reason: TermOver) {
-        self.cancel(t, reason);
+    /// The term ends for `reason` (told to the driver if it is the first): nothing more is
+    /// renewed; stepping down releases the lease.
+    fn over(&mut self, t: &mut Term, reason: TermOver, now: u64) {
         t.ended = Some(reason.end());
         t.must_release = reason == TermOver::SteppedDown;
         t.renewal = None;
         t.checking = None;
-    }
-
-    /// Tells the driver the term is over, once.
-    fn cancel(&mut self, t: &mut Term, reason: TermOver) {
-        if !t.over_sent {
-            t.over_sent = true;
-            self.out.push_back(Output::TermOver { reason });
-        }
+        t.holder.take(holder::Input::Cancel { reason: reason.cancel_reason() }, now);
+        t.holder.take(holder::Input::Cancel { reason: CancelReason::Released }, now);
+        self.keep(t);
     }
 
     fn finished(&mut self) {
@@ -555,11 +603,13 @@ impl Elector {
         }
     }
 
-    fn abort(&mut self) {
+    fn abort(&mut self, now: u64) {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         self.phase = match phase {
+            // Told once, as the first reason; the lease is kept until the action returns.
             Phase::Term(mut t) => {
-                self.cancel(&mut t, TermOver::Aborted);
+                t.holder.take(holder::Input::Cancel { reason: TermOver::Aborted.cancel_reason() }, now);
+                self.keep(&mut t);
                 Phase::Term(t)
             }
             Phase::Registering { .. } => {
@@ -599,8 +649,8 @@ impl Elector {
         };
     }
 
-    /// A held term at `now`: the minimum lease once the action is done, then rule 2, the
-    /// renewal schedule and the term boundary.
+    /// A held term at `now`: the minimum lease once the action is done, then the holder (rule 2
+    /// and the renewal schedule) and the term boundary.
     fn upkeep(&mut self, t: &mut Term, now: u64) {
         if t.ended.is_some() {
             return;
@@ -611,18 +661,16 @@ impl Elector {
             match step {
                 MinLease::WaitUntil(_) => {}
                 MinLease::RunOut | MinLease::Release => {
-                    self.over(t, TermOver::Released);
+                    self.over(t, TermOver::Released, now);
                     t.must_release = step == MinLease::Release;
                     return;
                 }
             }
         }
-        match t.keeper.poll(now) {
-            Wake::Deadline => return self.over(t, TermOver::Deadline),
-            Wake::Renew { until_mono_ms } if t.renewal.is_none() => {
-                t.renewal = Some(self.send(Request::Renew { lease: t.lease.clone() }, Some(until_mono_ms)));
-            }
-            _ => {}
+        t.holder.handle_timeout(now);
+        self.keep(t);
+        if t.ended.is_some() {
+            return;
         }
         if t.checking.is_none() && t.next_term.is_some_and(|at| now >= at) {
             t.checking = Some(self.send(Request::Candidates, None));

@@ -2,8 +2,8 @@
 //! rule 2 deadline, plus what the holder is told from outside (a deadline covered by a renewal
 //! made by hand or by the session it is held under, the session's loss or end, its own
 //! cancellation) and the cancel reason that follows, on the monotonic milliseconds the driver
-//! passes in. `Hold` (and through it Python's leases, session leases included) and Node's
-//! `using()` and session leases drive it.
+//! passes in. `Hold` (and through it Python's leases, session leases included), Node's
+//! `using()` and session leases, and the election machine's terms drive it.
 //!
 //! A driver creates a [`Holder`] and then, until it emits [`Output::Over`]:
 //! - sends every [`Output::Renew`], giving it up once the monotonic clock reaches its
@@ -19,8 +19,7 @@
 
 use std::collections::VecDeque;
 
-use crate::engine::decide::CancelReason;
-use crate::keeper::{Keeper, Renewal, Upkeep, Wake};
+use crate::keeper::{CancelReason, Keeper, Renewal, Upkeep, Wake};
 use crate::{DesiredState, Error, Lease, TableConfig};
 
 /// How the lease stays alive.
@@ -112,8 +111,16 @@ pub struct Holder {
 impl Holder {
     /// Holds `lease`, just claimed (or renewed) at `now_mono_ms`; `seed` seeds the retry jitter.
     pub fn new(setup: Setup, lease: &Lease, seed: u64, now_mono_ms: u64) -> Self {
+        let claim = setup.renewal(lease);
+        Self::from_claim(setup, claim, seed, now_mono_ms)
+    }
+
+    /// Holds a lease whose claim left `claim` (its deadline and first renewal), at
+    /// `now_mono_ms`: an election's term, whose first renewal is due a renew interval after its
+    /// claim was sent.
+    pub(crate) fn from_claim(setup: Setup, claim: Renewal, seed: u64, now_mono_ms: u64) -> Self {
         let upkeep = if setup.mode == Mode::Renew { Upkeep::Renew } else { Upkeep::Watch };
-        let keeper = Keeper::from_claim(setup.renewal(lease), upkeep, setup.renew_ms);
+        let keeper = Keeper::from_claim(claim, upkeep, setup.renew_ms);
         let mut h = Self {
             setup,
             keeper,
@@ -180,6 +187,14 @@ impl Holder {
 
     /// `input` arrived at `now_mono_ms`.
     pub fn handle(&mut self, input: Input, now_mono_ms: u64) {
+        self.take(input, now_mono_ms);
+        self.advance(now_mono_ms);
+    }
+
+    /// `input` arrived at `now_mono_ms`, and what it decides (a lost lease, a cancellation) is
+    /// done; what falls due at that time waits for [`Holder::handle_timeout`], which the driver
+    /// calls next at the same time after its own checks of it (the elector's minimum lease).
+    pub(crate) fn take(&mut self, input: Input, now_mono_ms: u64) {
         self.now = self.now.max(now_mono_ms);
         match input {
             Input::Answer { id, result } if self.renewal == Some(id) && !self.over => {
@@ -194,7 +209,6 @@ impl Holder {
             Input::SessionLost | Input::SessionEnded => {}
             Input::Cancel { reason } => self.cancel(reason),
         }
-        self.advance(now_mono_ms);
     }
 
     /// A uniform draw in [0, 1) from the seeded source (SplitMix64).
