@@ -320,6 +320,23 @@ fn a_strategic_leader_steps_down_at_a_term_boundary_releases_and_withdraws() {
 }
 
 #[test]
+fn a_renewal_answered_late_is_followed_by_what_fell_due_meanwhile_in_the_usual_order() {
+    let mut m = Elector::new(setup(elected(Strategy::HighestScore)), 1, 0);
+    ok(&mut m, 1, Reply::Done, 10);
+    ok(&mut m, 2, Reply::Candidates(vec![Candidate::new("a", 1.0)]), 20);
+    ok(&mut m, 3, Reply::Lease(lease("a", 1, 20)), 30);
+    m.handle_timeout(520);
+    assert_eq!(
+        outs(&mut m),
+        ["#1 register", "#2 candidates", "#3 claim leader/job", "elected 1", "#4 renew 1 until 1820"]
+    );
+    // Answered at 1_100: the heartbeat (610), the next renewal (1_020) and the term boundary
+    // (1_020) are all due by then; the refresh goes first, then the renewal, then the listing.
+    ok(&mut m, 4, Reply::Lease(lease("a", 1, 520)), 1_100);
+    assert_eq!(outs(&mut m), ["renewed to 2320", "#5 register", "#6 renew 1 until 2320", "#7 candidates"]);
+}
+
+#[test]
 fn a_candidate_the_strategy_does_not_pick_is_skipped_with_the_pick_and_withdraws() {
     let mut m = Elector::new(Setup { wait_ms: 250, ..setup(elected(Strategy::HighestScore)) }, 5, 0);
     outs(&mut m);
