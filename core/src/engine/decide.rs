@@ -129,17 +129,51 @@ pub struct OrphanPoll<'a> {
     pub interval_ms: u64,
     /// A random draw in `[0, 1)` for the jitter.
     pub unit: f64,
+    /// With a sharded orphan index: the most claims of one shard's work in one poll
+    /// ([`claims_per_shard`]).
+    pub per_shard: Option<usize>,
 }
 
-/// Decides an orphan poll. Items claimable at `now_ms` are claimed up to `capacity`; an item
-/// that becomes claimable before the regular next poll moves the next poll to just after that
-/// moment; a full page with claims means more orphans may be waiting, so poll again at once.
+/// How many shards a worker's claims of one poll spread over, at least: its work is then spread
+/// over that many orphan-index partition values (more over the polls, each read first from the
+/// shard it holds least of), so what it lets go at once moves a fraction of its connections'
+/// index entries on one value. A page is read shard after shard and fills from the first:
+/// unspread, a per-item worker that claimed its 700 from one page held them on one value, and
+/// its shutdown's releases and their claims elsewhere (2 units each) took 2,800 units of that
+/// value's 1,000 a second. Per-item mode (a release and a claim per connection handed over):
+/// 16. A balanced session worker polls at most every half interval and moves one entry per
+/// connection a takeover takes: 4, so a burst of new work is still shared within seconds.
+pub const CLAIM_SPREAD_SHARDS: u32 = 16;
+pub const CLAIM_SPREAD_SHARDS_BALANCED: u32 = 4;
+
+/// The most claims of one shard's work in one orphan poll (`None`: the index is not sharded):
+/// `max_connections` over [`CLAIM_SPREAD_SHARDS`] or, `balanced`,
+/// [`CLAIM_SPREAD_SHARDS_BALANCED`] (or over the shards, when fewer).
+pub fn claims_per_shard(max_connections: usize, shards: u32, balanced: bool) -> Option<usize> {
+    let spread = if balanced { CLAIM_SPREAD_SHARDS_BALANCED } else { CLAIM_SPREAD_SHARDS };
+    (shards > 1).then(|| max_connections.div_ceil(shards.min(spread) as usize).max(1))
+}
+
+/// Decides an orphan poll. Items claimable at `now_ms` are claimed up to `capacity`, at most
+/// `per_shard` of one shard's; an item that becomes claimable before the regular next poll
+/// moves the next poll to just after that moment; a full page with claims, or orphans left for
+/// the shard limit, means more may be claimed now, so poll again at once.
 pub fn plan_orphans(poll: &OrphanPoll<'_>, config: &TableConfig, is_ours: impl Fn(&str) -> bool) -> OrphanPlan {
     let mut claim = Vec::new();
     let mut wake_in_ms = jittered_ms(poll.interval_ms, poll.unit);
+    let mut of_shard: HashMap<u32, usize> = HashMap::new();
+    let mut left_for_shard_limit = false;
     for item in poll.items.iter().filter(|i| i.desired_state == Some(DesiredState::Started) && !is_ours(&i.id)) {
         if is_orphan(item, poll.now_ms, config) {
             if claim.len() < poll.capacity {
+                if let Some(limit) = poll.per_shard {
+                    let n = of_shard.entry(crate::config::orphan_shard_of(&item.id, config.orphan_shards)).or_default();
+                    if *n >= limit {
+                        left_for_shard_limit = true;
+                        continue;
+                    }
+                    *n += 1;
+                }
                 claim.push(item.id.clone());
             }
         } else if let Some(exp) = item.expires_at_ms {
@@ -148,7 +182,7 @@ pub fn plan_orphans(poll: &OrphanPoll<'_>, config: &TableConfig, is_ours: impl F
             wake_in_ms = wake_in_ms.min(claimable_at.saturating_sub(poll.now_ms));
         }
     }
-    if poll.page_was_full && !claim.is_empty() && claim.len() < poll.capacity {
+    if (poll.page_was_full || left_for_shard_limit) && !claim.is_empty() && claim.len() < poll.capacity {
         wake_in_ms = 0;
     }
     OrphanPlan { claim, wake_in_ms }
@@ -258,7 +292,15 @@ mod tests {
     }
 
     fn plan(items: &[LeaseItem], capacity: usize, full: bool, ours: &str) -> OrphanPlan {
-        let poll = OrphanPoll { items, page_was_full: full, now_ms: 100_000, capacity, interval_ms: 2_000, unit: 0.5 };
+        let poll = OrphanPoll {
+            items,
+            page_was_full: full,
+            now_ms: 100_000,
+            capacity,
+            interval_ms: 2_000,
+            unit: 0.5,
+            per_shard: None,
+        };
         plan_orphans(&poll, &cfg(), |id| id == ours)
     }
 
@@ -269,6 +311,38 @@ mod tests {
             expires_at_ms: Some(exp),
             ..Default::default()
         }
+    }
+
+    /// A page read from one shard (it fills from the first shard read) gives a poll at most its
+    /// share of one shard's work; what is left for the limit is polled for again at once.
+    #[test]
+    fn a_polls_claims_of_one_shards_work_are_limited_and_the_rest_polled_for_at_once() {
+        let config = TableConfig { orphan_shards: 16, ..cfg() };
+        let of = |k: u32| (0..).map(|i| format!("s{i}")).filter(move |id| crate::config::orphan_shard_of(id, 16) == k);
+        let mut items: Vec<LeaseItem> = of(3).take(200).map(|id| started(&id, 1)).collect();
+        items.extend(of(4).take(50).map(|id| started(&id, 1)));
+        let per_shard = claims_per_shard(700, 16, false);
+        assert_eq!(
+            (per_shard, claims_per_shard(700, 16, true), claims_per_shard(700, 1, false)),
+            (Some(44), Some(175), None)
+        );
+        assert_eq!(claims_per_shard(700, 2, false), Some(350), "fewer shards than the spread: over them all");
+        let poll = OrphanPoll {
+            items: &items,
+            page_was_full: false,
+            now_ms: 100_000,
+            capacity: 700,
+            interval_ms: 2_000,
+            unit: 0.5,
+            per_shard,
+        };
+        let plan = plan_orphans(&poll, &config, |_| false);
+        let shard_of = |id: &String| crate::config::orphan_shard_of(id, 16);
+        assert_eq!(plan.claim.iter().filter(|id| shard_of(id) == 3).count(), 44);
+        assert_eq!(plan.claim.iter().filter(|id| shard_of(id) == 4).count(), 44);
+        assert_eq!(plan.wake_in_ms, 0, "orphans were left for the limit: poll again now");
+        let all = plan_orphans(&OrphanPoll { per_shard: None, ..poll }, &config, |_| false);
+        assert_eq!((all.claim.len(), all.wake_in_ms > 0), (250, true));
     }
 
     #[test]

@@ -78,13 +78,28 @@ impl Engine {
         let cutoff_ms = orphan_query_cutoff(self.now.wall_ms, &self.config, interval);
         // With balance every orphan counts as the fleet's work, not only those that fit here.
         let page_size = if self.balanced() { self.settings.max_connections } else { capacity.max(1) };
-        // A sharded index is read from a shard picked at random each time: workers that poll
-        // at one moment (a fleet started at once) claim from different shards.
+        // A sharded index is read first from a shard this worker holds least of (ties at
+        // random): workers that poll at one moment (a fleet started at once) claim from
+        // different shards, and each worker's work spreads over the shards (with the claims of
+        // one poll limited per shard, [`decide::claims_per_shard`]).
         let shards = self.config.orphan_shards.max(1);
-        let first_shard = (shards > 1).then(|| ((self.unit() * f64::from(shards)) as u32).min(shards - 1));
+        let first_shard = (shards > 1).then(|| self.least_held_shard(shards));
         self.poll_first_shard = first_shard.unwrap_or(0);
         self.run(Op::OrphansPage { cutoff_ms, page_size, first_shard }, Pending::Page);
         self.poll = PollPhase::Page;
+    }
+
+    /// The orphan shard of which this worker tracks the fewest connections, at random among
+    /// those tied.
+    pub(super) fn least_held_shard(&mut self, shards: u32) -> u32 {
+        let mut held = vec![0usize; shards as usize];
+        for id in self.tracked.keys() {
+            held[crate::config::orphan_shard_of(id, shards) as usize] += 1;
+        }
+        let least = held.iter().copied().min().unwrap_or(0);
+        let ties: Vec<u32> = (0..shards).filter(|k| held[*k as usize] == least).collect();
+        let pick = (self.unit() * ties.len() as f64) as usize;
+        ties[pick.min(ties.len() - 1)]
     }
 
     pub(super) fn poll_failed(&mut self, e: &Error) {
@@ -252,6 +267,11 @@ impl Engine {
             capacity,
             interval_ms: self.settings.orphan_interval_ms,
             unit: self.unit(),
+            per_shard: decide::claims_per_shard(
+                self.settings.max_connections,
+                self.config.orphan_shards,
+                self.balanced(),
+            ),
         };
         let tracked = &self.tracked;
         let plan = plan_orphans(&poll, &self.config, |id| tracked.contains_key(id));

@@ -1037,3 +1037,34 @@ fn a_hint_declined_at_the_fair_share_is_not_passed_round_the_fleet() {
     assert_eq!(sim.hints_waiting(), 0);
     assert!(sim.all_held_once(&ids));
 }
+
+/// A page fills from the first shard it reads: a worker that claimed a whole page held its work
+/// on one orphan-index partition value, and what it let go at once (a per-item shutdown's
+/// releases and their claims elsewhere, 2 units each; a crash's expiries; a session's end and
+/// its takeovers) fell on that value together. Each poll reads first from the shard the worker
+/// holds least of and claims at most its limit of one shard's work ([`decide::claims_per_shard`]),
+/// so its work spreads over the shards, in per-item and in session mode.
+#[test]
+fn a_workers_claims_spread_over_the_orphan_shards() {
+    for mode in [LeaseMode::PerItem, LeaseMode::Session] {
+        let mut c = config(mode, 20_000, 5_000, 1_000);
+        c.orphan_shards = 8;
+        let mut sim = Sim::new(c, START);
+        sim.keep_log = false;
+        // 100 connections on each shard; one worker takes 100 of them.
+        start_work(&sim, 800);
+        let w = sim.spawn(settings("a", 100), 7);
+        assert!(sim.run_while(60_000, 100, |s| s.running(w) == 100), "{mode:?}: 100 held");
+        // 100 over 8 shards (per-item), over 4 (a balanced session worker).
+        let limit = if mode == LeaseMode::Session { 25 } else { 13 };
+        let mut per_shard = [0usize; 8];
+        for id in sim.held_only_by(w) {
+            per_shard[crate::config::orphan_shard_of(&id, 8) as usize] += 1;
+        }
+        // One page would have put all 100 on the shard it read first.
+        let most = *per_shard.iter().max().unwrap();
+        assert!(most <= 2 * limit, "{mode:?}: {most} on one shard (limit {limit} a poll): {per_shard:?}");
+        let used = per_shard.iter().filter(|n| **n > 0).count();
+        assert!(used >= 100usize.div_ceil(limit), "{mode:?}: {used} shards: {per_shard:?}");
+    }
+}
