@@ -168,11 +168,12 @@ bench-write-cost:
 
 # The fleet simulation on the worker engine (memory store, manual clock): 100,000 connections on
 # 150 workers of 700, peak capacity units per partition value in both modes and at the cheap
-# session setting (core/examples/fleet_sim.rs; its arguments scale it). The memory store keeps
-# its orphan and owner indexes as DynamoDB keeps its GSIs, so a query reads what it returns:
-# a few minutes in release on two cores.
+# session setting (core/examples/fleet_sim.rs; its arguments scale it): per-item mode on one
+# STARTED value and on 128 shards, session mode on 64; a rolling deploy replaces 20 workers.
+# The memory store keeps its orphan and owner indexes as DynamoDB keeps its GSIs, so a query
+# reads what it returns: about ten minutes in release on two cores.
 bench-fleet-sim:
-	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --features sim --example fleet_sim -- 100000 150 700 5 | python3 bench/merge.py
+	nice -n 10 $(CARGO) run --release -q -p leaselock --no-default-features --features sim --example fleet_sim -- 100000 150 700 20 128 | python3 bench/merge.py
 
 # The fault explorer (core/examples/explore.rs, leaselock::engine::explore): seeded storms of
 # faults on a simulated fleet, every invariant checked at every step, on two threads until
