@@ -174,6 +174,22 @@ pub fn orphan_shard_of(id: &str, shards: u32) -> u32 {
     (mixed_hash(id.bytes()) % u64::from(shards.max(1))) as u32
 }
 
+const SPLITMIX_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function.
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A uniform draw in [0, 1) from the SplitMix64 generator whose state is `state` (the seeded
+/// source of the engine, the holder and the elector: the same seed, the same draws).
+pub(crate) fn unit_draw(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(SPLITMIX_GAMMA);
+    (splitmix64(*state) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// 64-bit FNV-1a of `bytes`, mixed by MurmurHash3's 64-bit finalizer.
 pub(crate) fn mixed_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -251,11 +267,7 @@ impl TableConfig {
         if self.orphan_shards <= 1 {
             return 0;
         }
-        let mut z = cutoff_ms.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z % u64::from(self.orphan_shards)) as u32
+        (splitmix64(cutoff_ms.wrapping_add(SPLITMIX_GAMMA)) % u64::from(self.orphan_shards)) as u32
     }
 
     /// Every orphan-index partition value of running work, shard 0 first.

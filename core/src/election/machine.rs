@@ -342,14 +342,9 @@ impl Elector {
         self.advance(now_mono_ms);
     }
 
-    /// A uniform draw in [0, 1) from the seeded source (SplitMix64).
+    /// A uniform draw in [0, 1) from the seeded source.
     fn unit(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        crate::config::unit_draw(&mut self.rng)
     }
 
     fn send(&mut self, request: Request, until_mono_ms: Option<u64>) -> u64 {
