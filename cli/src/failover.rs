@@ -188,7 +188,7 @@ fn logs_in(dir: &Path) -> CliResult<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// `2026-12-03T09:19:53.533936Z  INFO leaselock::engine: claimed connection_id=stream-07 ...`
+/// `2026-12-03T09:19:53.533936Z  INFO leaselock::engine::claims: claimed connection_id=stream-07 ...`
 /// (the worker's log line without colours) as (stream, wall ms).
 fn claim_line(line: &str) -> Option<(String, u64)> {
     let (stamp, rest) = line.split_once(' ')?;
@@ -774,12 +774,16 @@ mod tests {
 
     #[test]
     fn claim_lines_give_the_stream_and_the_claimers_wall_clock() {
-        let line = "2026-12-03T09:19:53.533936Z  INFO leaselock::engine: claimed connection_id=stream-07 fence=3 \
+        let line =
+            "2026-12-03T09:19:53.533936Z  INFO leaselock::engine::claims: claimed connection_id=stream-07 fence=3 \
                     source=\"dead session\" worker_id=fo-w2";
         assert_eq!(claim_line(line), Some(("stream-07".into(), 1_796_289_593_533)));
         assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(rfc3339_ms("2000-02-29T23:59:59.9Z"), Some(951_868_799_900));
-        assert_eq!(claim_line("2026-12-03T09:19:53.5Z  INFO leaselock::engine: took over a dead session's work"), None);
+        assert_eq!(
+            claim_line("2026-12-03T09:19:53.5Z  INFO leaselock::engine::orphan_round: took over a dead session's work"),
+            None
+        );
         assert_eq!(claim_line("garbage"), None);
     }
 }

@@ -158,8 +158,9 @@ def test_leaselock_log_writes_the_librarys_logs_to_stderr_with_timestamps(table_
     assert run.returncode == 0 and run.stdout.splitlines()[-1] == "done", run.stderr
     claimed = [line for line in run.stderr.splitlines() if " claimed " in line and ids("logged") in line]
     assert len(claimed) == 1, run.stderr
-    # As the CLI writes them: an RFC 3339 UTC timestamp, the level, the target; no colours off a terminal.
-    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +INFO leaselock::engine: claimed ", claimed[0]), claimed[0]
+    # As the CLI writes them: an RFC 3339 UTC timestamp, the level, the target (the engine's room
+    # that decided it); no colours off a terminal.
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +INFO leaselock::engine::claims: claimed ", claimed[0]), claimed[0]
     assert "\x1b[" not in run.stderr
     # Unset: nothing from the library.
     quiet = _run_logged(None, table_name, ids("quiet"))
