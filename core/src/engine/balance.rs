@@ -5,7 +5,8 @@
 //! evenly as every worker's `max_connections` allows (work / live sessions, rounded up, when
 //! every cap is large enough). A worker claims up to its share, and a worker above its share
 //! hands the excess over, a few at a time and only while some worker is short of its share by
-//! more than a slack; nothing moves while the fleet is changing. The slack is in when to move,
+//! more than a slack, counting the work as the most any view of the last while counted (work in
+//! transit is in no view for a moment); nothing moves while the fleet is changing. The slack is in when to move,
 //! not in what to claim: a claim limit above the share would have a donor claim back what it
 //! has just handed over. A live session that has not renewed for about a renew interval (a
 //! paused or partitioned worker) keeps what it holds in the count but gets no share of the work
@@ -319,6 +320,9 @@ pub struct Balancer {
     seen: HashMap<(String, u64), u64>,
     /// When the last hand-over round began, monotonic ms.
     last_round_mono_ms: Option<u64>,
+    /// The work each recent view counted, (monotonic ms, work), oldest first: hand-overs are
+    /// decided on the most of them ([`Balancer::step`]).
+    works: std::collections::VecDeque<(u64, u64)>,
     /// Dead sessions (owner, epoch) whose last report [`Balancer::refreshed_limit`] has counted
     /// (once: the work it freed is claimed after; kept until the session is no longer listed).
     counted_dead: std::collections::HashSet<(String, u64)>,
@@ -343,7 +347,8 @@ pub struct BalanceStep {
     pub claim_limit: u64,
     /// How many connections to hand over now (a round begins when this is not zero).
     pub hand_over: u64,
-    /// The balance it came from, when every live session reports its load.
+    /// The balance the hand-over was decided on (its work the most of the recent views'),
+    /// when every live session reports its load.
     pub share: Option<Share>,
 }
 
@@ -433,17 +438,38 @@ impl Balancer {
 
     /// The claim limit and, paced, how many connections to hand over now ([`fair_share`],
     /// [`hand_over_now`]); a round that hands something over starts at `mono_ms`.
-    pub fn step(&mut self, view: &FleetView<'_>, mono_ms: u64, pace_ms: u64) -> BalanceStep {
+    ///
+    /// Hand-overs are decided on the most work any view of the last `window_ms` counted (one
+    /// pace and the index lag: [`balance_pace_ms`], `index_lag_ms`), the rest of it as work in
+    /// transit. A session reports its load when it renews, and the orphan index lags, so a
+    /// connection in transit can be in no view for a moment: released by a donor that no longer
+    /// counts it but not yet listed as an orphan, or claimed by a worker that has not reported
+    /// it and no longer listed. The work then looks smaller, every share smaller, and each
+    /// worker at its share would hand one over to the worker that looks short. Work that has
+    /// really gone (streams stopped) is decided on a window later; the claim limit follows the
+    /// view itself, so a view that counts work twice never raises what a worker claims.
+    pub fn step(&mut self, view: &FleetView<'_>, mono_ms: u64, pace_ms: u64, window_ms: u64) -> BalanceStep {
         let share = fair_share(view, pace_ms);
         let claim_limit = share.map_or(view.me.max_connections, |s| s.claim_limit);
-        let hand_over = share.map_or(0, |share| {
+        let decided = share.map(|share| {
+            self.works.retain(|(at, _)| mono_ms.saturating_sub(*at) < window_ms);
+            self.works.push_back((mono_ms, share.work));
+            let most = self.works.iter().map(|(_, w)| *w).max().unwrap_or(share.work);
+            match most.saturating_sub(share.work) {
+                0 => share,
+                in_transit => {
+                    fair_share(&FleetView { unowned: view.unowned + in_transit, ..*view }, pace_ms).unwrap_or(share)
+                }
+            }
+        });
+        let hand_over = decided.map_or(0, |share| {
             let since = self.last_round_mono_ms.map(|t| mono_ms.saturating_sub(t));
             hand_over_now(&share, since, pace_ms)
         });
         if hand_over > 0 {
             self.last_round_mono_ms = Some(mono_ms);
         }
-        BalanceStep { claim_limit, hand_over, share }
+        BalanceStep { claim_limit, hand_over, share: decided }
     }
 }
 
@@ -572,6 +598,30 @@ mod balance_tests {
     }
 
     #[test]
+    fn a_view_that_misses_work_in_transit_hands_nothing_over() {
+        // Four at 30 of 120; one has just claimed 4 it has not reported, and the orphan index no
+        // longer lists them: the view counts 116, a share of 29 and that worker 4 short of it.
+        let even = [peer(30), peer(30), peer(30)];
+        let stale = [peer(30), peer(30), peer(26)];
+        let view = |peers| FleetView { me: load(30, 700), peers, unowned: 0, in_flight: 0 };
+        let s = fair_share(&view(&stale), 2_000).unwrap();
+        assert_eq!((s.work, s.mine, s.excess, s.largest_shortfall), (116, 29, 1, 3));
+        assert_eq!(hand_over_now(&s, None, 2_000), 1, "the view alone would hand one over");
+        let mut b = Balancer::default();
+        assert_eq!(b.step(&view(&even), 10_000, 2_000, 5_000).hand_over, 0);
+        let step = b.step(&view(&stale), 11_000, 2_000, 5_000);
+        assert_eq!((step.hand_over, step.claim_limit), (0, 29), "120 a view ago: 4 in transit");
+        assert_eq!(step.share.map(|s| (s.work, s.mine, s.excess)), Some((120, 30, 0)));
+        // Work that has gone is decided on once no view of the window counted it.
+        assert_eq!(b.step(&view(&stale), 14_999, 2_000, 5_000).hand_over, 0);
+        assert_eq!(b.step(&view(&stale), 15_000, 2_000, 5_000).hand_over, 1);
+        // A real shortfall moves at once: a newcomer at 0 beside three at 40.
+        let newcomer = [peer(40), peer(40), peer(0)];
+        let view = FleetView { me: load(40, 700), peers: &newcomer, unowned: 0, in_flight: 0 };
+        assert_eq!(Balancer::default().step(&view, 20_000, 2_000, 5_000).hand_over, 5);
+    }
+
+    #[test]
     fn donors_split_the_deficit_by_their_excess() {
         // Three at 40, a newcomer at 0: each gives a third of 30, half of it now.
         let s = share(40, &[peer(40), peer(40), peer(0)], 0);
@@ -630,7 +680,7 @@ mod balance_tests {
             FleetView { me: load(0, 700), peers, unowned: 0, in_flight: 0 }
         }
         // Seen for less than a pace: the share is known, nothing moves yet.
-        let step = b.step(&view(&peers), 50_000, 12_000);
+        let step = b.step(&view(&peers), 50_000, 12_000, 0);
         assert_eq!((step.claim_limit, step.hand_over), (15, 0));
         // A pace later the same epoch has been seen long enough; "a" (not this worker) would
         // hand over, this one, short of its share, claims up to it.
@@ -644,15 +694,18 @@ mod balance_tests {
             unowned: 0,
             in_flight: 0,
         };
-        assert_eq!(d.step(&donor_view, 62_000, 12_000).hand_over, 8);
-        assert_eq!(d.step(&donor_view, 62_001, 12_000).hand_over, 0, "within one pace of the last round");
-        assert_eq!(d.step(&donor_view, 74_000, 12_000).hand_over, 8);
+        assert_eq!(d.step(&donor_view, 62_000, 12_000, 0).hand_over, 8);
+        assert_eq!(d.step(&donor_view, 62_001, 12_000, 0).hand_over, 0, "within one pace of the last round");
+        assert_eq!(d.step(&donor_view, 74_000, 12_000, 0).hand_over, 8);
         // A new epoch of a peer is a new session: watched again from zero.
         let relisted = vec![session("a", 2, now + 5_000, 30)];
         assert_eq!(b.read(relisted, "me", now, 70_000, &config).0[0].seen_for_ms, 0);
         // A session without a report turns the balance off: claim up to max_connections.
         let silent = [PeerSession { load: None, seen_for_ms: 60_000 }];
-        assert_eq!(b.step(&view(&silent), 80_000, 12_000), BalanceStep { claim_limit: 700, hand_over: 0, share: None });
+        assert_eq!(
+            b.step(&view(&silent), 80_000, 12_000, 0),
+            BalanceStep { claim_limit: 700, hand_over: 0, share: None }
+        );
     }
 
     #[test]
@@ -807,7 +860,7 @@ mod balance_tests {
             let (peers, dead) = b.read(listing(b_exp), "a", now, mono_ms, &config);
             assert_eq!(dead.len(), 1);
             let view = FleetView { me: load(4, 700), peers: &peers, unowned: 4, in_flight: 0 };
-            let step = b.step(&view, mono_ms, 12_000);
+            let step = b.step(&view, mono_ms, 12_000, 0);
             (step.claim_limit, step.share.map(|s| (s.work, s.open_deficit, s.largest_shortfall)))
         };
         // b renews: a and b share c's 4, 6 each.

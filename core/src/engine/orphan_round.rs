@@ -357,7 +357,8 @@ impl Engine {
     pub(super) fn balance(&mut self, peers: &[PeerSession], unowned: u64, in_flight: u64) {
         let pace = self.pace_ms();
         let view = FleetView { me: self.load(), peers, unowned, in_flight };
-        let step = self.balancer.step(&view, self.now.mono_ms, pace);
+        let window = pace.saturating_add(self.settings.index_lag_ms);
+        let step = self.balancer.step(&view, self.now.mono_ms, pace, window);
         self.claim_limit = step.claim_limit as usize;
         let (Some(share), count) = (step.share, step.hand_over) else { return };
         if count > 0 && !self.stopping {
