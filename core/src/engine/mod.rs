@@ -162,7 +162,9 @@ pub struct Engine {
     clock: Option<ClockReading>,
     /// The orphan shard the last poll's page was read from first.
     poll_first_shard: u32,
-    /// Live sessions in the last listing, this worker's included (session mode).
+    /// The workers claiming beside this one, this one included: in session mode the live
+    /// sessions of the last listing; in per-item mode, which lists no fleet, the fewest workers
+    /// that can hold the work nobody holds (the last page's estimate over `max_connections`).
     fleet_size: usize,
     /// The last listing of the sessions, as read: hints of an ended session raise the claim
     /// limit from it with that session ended, with no read of their own.

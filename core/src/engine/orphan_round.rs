@@ -259,6 +259,9 @@ impl Engine {
             let peers = peers.clone();
             self.balance(&peers, unowned + dead_work, in_flight);
         }
+        if !self.session_mode() {
+            self.estimate_claimers(&round);
+        }
         let capacity = if self.balanced() { self.capacity() } else { self.room() };
         let poll = OrphanPoll {
             items: &round.page,
@@ -499,14 +502,33 @@ impl Engine {
         }
     }
 
-    /// Session mode paces claims by the orphan index's partitions: takes one claim's token, or
-    /// says when the next is there. Claims from an orphan page come from one shard at a time
+    /// Per-item mode lists no fleet to pace its claims by: the workers claiming are at least
+    /// as many as can hold the work nobody holds (a cold start of 100,000 on workers of 700:
+    /// 143), estimated from the page as session mode estimates it, and spread as its orphans.
+    /// A crash's or a deploy's few hundred orphans: one worker, claims at a shard's budget.
+    /// A full page inside one shard counts every shard at a page: a lower bound where a shard
+    /// holds several pages of work (shards enough that one holds about a worker's share keep
+    /// the estimate near the truth: 128 for 100,000 on workers of 700).
+    pub(super) fn estimate_claimers(&mut self, round: &OrphanRound) {
+        let (now_ms, config, tracked) = (self.now.wall_ms, &self.config, &self.tracked);
+        let counts = |i: &LeaseItem| decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id));
+        let shards = config.orphan_shards;
+        let unowned = unowned_estimate(&round.page, round.full, self.poll_first_shard, shards, counts);
+        let orphans: Vec<&LeaseItem> = round.page.iter().filter(|i| counts(i)).collect();
+        self.seen_whole = if round.full { None } else { decide::shard_spread(&orphans, shards) };
+        let max = self.settings.max_connections.max(1) as u64;
+        self.fleet_size = unowned.div_ceil(max).max(1) as usize;
+    }
+
+    /// Claims are paced by the orphan index's partitions (session mode with balance, and
+    /// per-item mode): takes one claim's token, or says when the next is there. Claims from an
+    /// orphan page come from one shard at a time
     /// ([`decide::claim_rate_per_s`] for this fleet's size); `spread`: claims of work spread
     /// over every shard (a dead session's, hinted work), whose index writes every shard shares
     /// ([`decide::spread_claim_rate_per_s`]: a worker hands a deploy's or a crash's work on at
     /// the fleet's pace, not at a one-shard crowd's).
     pub(super) fn take_claim_token(&mut self, spread: bool) -> bool {
-        if !self.balanced() {
+        if self.session_mode() && !self.balanced() {
             return true;
         }
         let (rate, tokens, at) = if spread {

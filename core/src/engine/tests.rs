@@ -935,6 +935,32 @@ fn a_burst_of_work_on_a_sharded_index_is_shared_at_once_and_not_throttled() {
     assert!(sim.all_held_once(&ids) && loads.iter().all(|n| (185..=215).contains(n)), "{loads:?}");
 }
 
+/// Per-item mode lists no fleet, so each worker counts the claimers beside it from its orphan
+/// page (the work nobody holds over what one worker can take): a cold start of 8,000 on 16
+/// orphan shards by 40 workers of 250 at once is paced so that no orphan-index partition value is
+/// asked for more than it serves (peak 676 units), and is still all held within seconds (2.3 s).
+/// Unpaced, each worker claims its page at once, and the shards it picks are asked for more
+/// than they serve (1,874 claims throttled).
+#[test]
+fn a_per_item_cold_start_on_a_sharded_index_is_paced_by_the_claimers_it_estimates() {
+    let mut c = config(LeaseMode::PerItem, 20_000, 5_000, 1_000);
+    c.orphan_shards = 16;
+    let mut sim = Sim::new(c, START);
+    sim.keep_log = false;
+    sim.account = true;
+    sim.behaviour.throttle = true;
+    let ids = start_work(&sim, 8_000);
+    for i in 0..40 {
+        sim.spawn(settings(&format!("w{i:02}"), 250), i + 1);
+    }
+    let held = sim.run_while(20_000, 100, |s| s.all_held_once(&ids));
+    assert!(held, "{} of {} held after 20 s", sim.held_once_count(), ids.len());
+    assert_eq!(sim.throttled.get("claim"), None, "claims throttled: {:?}", sim.partitions.throttled);
+    for (place, (units, partition)) in &sim.partitions.peak {
+        assert!(*units <= super::sim::partition_limit(place), "{place} {partition}: {units} units in one second");
+    }
+}
+
 /// The engine sends the takeovers it starts together (work listed under one dead session) as
 /// one transaction ([`Op::TakeOver`]), which the simulation runs as every driver does: one
 /// condition check of the dead session's item for all of them, not one each (2 units a check,
