@@ -18,7 +18,9 @@ struct Running {
 }
 
 /// A worker whose handlers record themselves in `tracker` and run until cancelled, or for a
-/// random while when `churn` (then return, which gives the lease back).
+/// random while when `churn` (then return, which gives the lease back): up to 8 s, so that
+/// many handlers outlive a lease's deadline in a 4 s partition (with runs of up to 4 s, most
+/// returned first, and a run could end with too few leases lost to show anything).
 fn spawn_worker(
     store: Arc<dyn LeaseStore>,
     name: &'static str,
@@ -37,7 +39,7 @@ fn spawn_worker(
             let tracker = tracker.clone();
             async move {
                 let _inside = tracker.enter(conn.id(), name);
-                let work = if churn { Duration::from_millis(rand::random::<u64>() % 4_000) } else { Duration::MAX };
+                let work = if churn { Duration::from_millis(rand::random::<u64>() % 8_000) } else { Duration::MAX };
                 tokio::select! {
                     _ = conn.cancelled() => {}
                     _ = tokio::time::sleep(work) => {}
