@@ -246,12 +246,7 @@ impl Engine {
             let tracked = &self.tracked;
             let (now_ms, config) = (self.now.wall_ms, &self.config);
             let (unowned, in_flight) = orphan_counts(&round.page, now_ms, config, &own, |id| tracked.contains_key(id));
-            // The page may be one of many: its shards stand for the rest.
-            let (first, shards) = (self.poll_first_shard, config.orphan_shards);
-            let counts = |i: &LeaseItem| decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id));
-            let unowned = unowned.max(unowned_estimate(&round.page, round.full, first, shards, counts));
-            let orphans: Vec<&LeaseItem> = round.page.iter().filter(|i| counts(i)).collect();
-            self.seen_whole = if round.full { None } else { decide::shard_spread(&orphans, shards) };
+            let unowned = unowned.max(self.estimate_unowned(&round));
             let taken = |d: &DeadSession| {
                 d.epoch.and_then(|e| self.taken_from.get(&(d.owner.clone(), e))).copied().unwrap_or(0)
             };
@@ -260,7 +255,10 @@ impl Engine {
             self.balance(&peers, unowned + dead_work, in_flight);
         }
         if !self.session_mode() {
-            self.estimate_claimers(&round);
+            // Per-item mode lists no fleet: the workers claiming are at least as many as can
+            // hold the work nobody holds (see `fleet_size`).
+            let max = self.settings.max_connections.max(1) as u64;
+            self.fleet_size = self.estimate_unowned(&round).div_ceil(max).max(1) as usize;
         }
         let capacity = if self.balanced() { self.capacity() } else { self.room() };
         let poll = OrphanPoll {
@@ -502,22 +500,21 @@ impl Engine {
         }
     }
 
-    /// Per-item mode lists no fleet to pace its claims by: the workers claiming are at least
-    /// as many as can hold the work nobody holds (a cold start of 100,000 on workers of 700:
-    /// 143), estimated from the page as session mode estimates it, and spread as its orphans.
-    /// A crash's or a deploy's few hundred orphans: one worker, claims at a shard's budget.
-    /// A full page inside one shard counts every shard at a page: a lower bound where a shard
-    /// holds several pages of work (shards enough that one holds about a worker's share keep
-    /// the estimate near the truth: 128 for 100,000 on workers of 700).
-    pub(super) fn estimate_claimers(&mut self, round: &OrphanRound) {
+    /// The work nobody holds in the whole index, from one page (its shards stand for the
+    /// rest), and how the page's orphans spread over the shards (`seen_whole`, when the page
+    /// held them all). Per-item mode sizes its crowd of claimers by it (a cold start of 100,000
+    /// on workers of 700: 143; a crash's or a deploy's few hundred orphans: one worker, claiming
+    /// at a shard's budget). A full page inside one shard counts every shard at a page: a lower
+    /// bound where a shard holds several pages of work (shards enough that one holds about a
+    /// worker's share keep it near the truth: 128 for 100,000 on workers of 700).
+    fn estimate_unowned(&mut self, round: &OrphanRound) -> u64 {
         let (now_ms, config, tracked) = (self.now.wall_ms, &self.config, &self.tracked);
         let counts = |i: &LeaseItem| decide::counts_as_unowned(i, now_ms, config, |id| tracked.contains_key(id));
         let shards = config.orphan_shards;
         let unowned = unowned_estimate(&round.page, round.full, self.poll_first_shard, shards, counts);
         let orphans: Vec<&LeaseItem> = round.page.iter().filter(|i| counts(i)).collect();
         self.seen_whole = if round.full { None } else { decide::shard_spread(&orphans, shards) };
-        let max = self.settings.max_connections.max(1) as u64;
-        self.fleet_size = unowned.div_ceil(max).max(1) as usize;
+        unowned
     }
 
     /// Claims are paced by the orphan index's partitions (session mode with balance, and

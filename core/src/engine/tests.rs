@@ -895,18 +895,24 @@ fn a_failed_session_release_is_sent_again_so_the_work_is_not_left_held_without_a
     assert!([a, b].contains(&holder) && ids.iter().all(|id| sim.running_on(id).len() == 1));
 }
 
+/// A simulation at the default timing on 16 orphan shards, billed and throttled as DynamoDB is.
+fn throttled_on_16_shards(mode: LeaseMode) -> Sim {
+    let mut c = config(mode, 20_000, 5_000, 1_000);
+    c.orphan_shards = 16;
+    let mut sim = Sim::new(c, START);
+    sim.keep_log = false;
+    sim.account = true;
+    sim.behaviour.throttle = true;
+    sim
+}
+
 /// A session fleet given a burst of new work on a sharded orphan index, as DynamoDB throttles
 /// it: each worker counts the whole index's unowned work from its one page (its shards stand
 /// for the rest) and claims its share at once, not one page's share per session renewal; and
 /// its claims are paced so that no orphan-index partition value is asked for more than it serves.
 #[test]
 fn a_burst_of_work_on_a_sharded_index_is_shared_at_once_and_not_throttled() {
-    let mut c = config(LeaseMode::Session, 20_000, 5_000, 1_000);
-    c.orphan_shards = 16;
-    let mut sim = Sim::new(c, START);
-    sim.keep_log = false;
-    sim.account = true;
-    sim.behaviour.throttle = true;
+    let mut sim = throttled_on_16_shards(LeaseMode::Session);
     for i in 0..15 {
         sim.spawn(settings(&format!("w{i:02}"), 250), i + 1);
     }
@@ -943,12 +949,7 @@ fn a_burst_of_work_on_a_sharded_index_is_shared_at_once_and_not_throttled() {
 /// than they serve (1,874 claims throttled).
 #[test]
 fn a_per_item_cold_start_on_a_sharded_index_is_paced_by_the_claimers_it_estimates() {
-    let mut c = config(LeaseMode::PerItem, 20_000, 5_000, 1_000);
-    c.orphan_shards = 16;
-    let mut sim = Sim::new(c, START);
-    sim.keep_log = false;
-    sim.account = true;
-    sim.behaviour.throttle = true;
+    let mut sim = throttled_on_16_shards(LeaseMode::PerItem);
     let ids = start_work(&sim, 8_000);
     for i in 0..40 {
         sim.spawn(settings(&format!("w{i:02}"), 250), i + 1);
